@@ -1,0 +1,536 @@
+"""A job's output → typed records, so every number in an exercise table comes from the student's log.
+
+Job logs are messy: tqdm rewrites its bar with carriage returns, `srun --label` puts `0: ` before each
+line, every node (or rank) may print the same Trainer dict, the job can die half-way through a line,
+and Slurm adds its own messages. `parse_log` reads all of that without ever raising and says, in
+`ParsedLog.missing`, what it looked for and did not find. `read_run_dir` reads the files a run wrote
+(`summary.json`, `metrics.jsonl`, `run_args.json`) into the same `ParsedLog`.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+# ---------------------------------------------------------------------------------------- records
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One physical piece of output: a `\\n`-line, or one `\\r`-segment of it (tqdm overwrites)."""
+
+    lineno: int  # 1-based line number in the file
+    rank: int | None  # from an `srun --label` (`0: `) or torchrun (`[rank0]:`) prefix
+    text: str  # without the prefix
+
+
+@dataclass(frozen=True)
+class TrainerRecord:
+    """One HF Trainer log dict: kind 'train' (loss), 'eval' (eval_*), 'final' (train_runtime) or 'other'."""
+
+    kind: str
+    values: dict[str, float]
+    lineno: int
+
+    @property
+    def epoch(self) -> float | None:
+        return self.values.get("epoch")
+
+
+@dataclass(frozen=True)
+class MetricRecord:
+    """One `WORKSHOP_METRICS {json}` line (the same object as a metrics.jsonl line)."""
+
+    kind: str
+    data: dict[str, Any]
+    lineno: int
+
+    @property
+    def step(self) -> int | None:
+        s = self.data.get("step")
+        return int(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else None
+
+
+@dataclass(frozen=True)
+class StepLine:
+    """One human `[workshop] step 3/12 | loss 5.81 | ...` line; a fallback when the JSON is absent."""
+
+    step: int
+    total: int | None
+    values: dict[str, float]
+    lineno: int
+
+
+@dataclass(frozen=True)
+class RankFact:
+    """A `[workshop rank R host H] ...` line: a per-rank fact (host, parameters held) kept per rank."""
+
+    rank: int
+    host: str
+    text: str
+    values: dict[str, Any]
+    lineno: int
+
+
+@dataclass(frozen=True)
+class BandwidthRow:
+    """One row of nccl-tests' table (ours prints the out-of-place columns only)."""
+
+    size_bytes: int
+    count: int
+    dtype: str
+    redop: str
+    root: int
+    time_us: float
+    algbw_gbps: float
+    busbw_gbps: float
+    wrong: int | None
+    inplace_time_us: float | None = None
+    inplace_algbw_gbps: float | None = None
+    inplace_busbw_gbps: float | None = None
+    inplace_wrong: int | None = None
+
+
+@dataclass
+class Bandwidth:
+    """An all_reduce_perf result: rows, the `# Avg bus bandwidth` line and the devices it ran on."""
+
+    rows: list[BandwidthRow] = field(default_factory=list)
+    avg_busbw_gbps: float | None = None
+    n_ranks: int | None = None
+    hosts: list[str] = field(default_factory=list)
+
+    @property
+    def max_busbw_gbps(self) -> float | None:
+        vals = [max(r.busbw_gbps, r.inplace_busbw_gbps or 0.0) for r in self.rows]
+        return max(vals) if vals else None
+
+
+@dataclass(frozen=True)
+class SlurmEvent:
+    """A Slurm message: kind is time_limit, cancelled, node_failure, oom_kill, preempted or task_exit."""
+
+    kind: str
+    text: str
+    lineno: int
+    job_id: str | None = None
+    node: str | None = None
+    reason: str | None = None
+
+
+@dataclass
+class ParsedLog:
+    """Everything found in one job's output. `missing` names what was looked for and not found."""
+
+    source: str = "<text>"
+    lines: list[LogLine] = field(default_factory=list)
+    trainer: list[TrainerRecord] = field(default_factory=list)
+    metrics: list[MetricRecord] = field(default_factory=list)
+    steps: list[StepLine] = field(default_factory=list)
+    summary: dict[str, Any] | None = None
+    run_args: dict[str, Any] | None = None
+    rank_facts: list[RankFact] = field(default_factory=list)
+    bandwidth: Bandwidth | None = None
+    slurm: list[SlurmEvent] = field(default_factory=list)
+    bad_lines: list[int] = field(default_factory=list)  # records that were there but would not parse
+    missing: list[str] = field(default_factory=list)
+
+    # Views the tables and diagnose use.
+    @property
+    def train_records(self) -> list[TrainerRecord]:
+        return [r for r in self.trainer if r.kind == "train"]
+
+    @property
+    def eval_records(self) -> list[TrainerRecord]:
+        return [r for r in self.trainer if r.kind == "eval"]
+
+    @property
+    def final_record(self) -> TrainerRecord | None:
+        finals = [r for r in self.trainer if r.kind == "final"]
+        return finals[-1] if finals else None
+
+    @property
+    def train_metrics(self) -> list[MetricRecord]:
+        return [m for m in self.metrics if m.kind == "train"]
+
+    @property
+    def eval_metrics(self) -> list[MetricRecord]:
+        return [m for m in self.metrics if m.kind == "eval"]
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The resolved RunConfig when run_args.json was read; empty otherwise."""
+        cfg = (self.run_args or {}).get("config")
+        return cfg if isinstance(cfg, dict) else {}
+
+    @property
+    def label(self) -> str:
+        out = self.config.get("output_dir")
+        if out:
+            return Path(str(out)).name
+        return Path(self.source).stem if self.source != "<text>" else "run"
+
+    @property
+    def succeeded(self) -> bool:
+        """The run reached its end: a summary with an ok status, or Trainer's final dict."""
+        if self.summary is not None:
+            return str(self.summary.get("status", "ok")).lower() in ("ok", "completed", "success", "done")
+        return self.final_record is not None
+
+
+# ---------------------------------------------------------------------------------------- patterns
+
+_LABEL = re.compile(r"^\s{0,4}(\d{1,5}): ")  # srun --label
+_RANK_TAG = re.compile(r"^\[(?:rank|default)(\d{1,5})\]:\s?")  # torchrun / torch excepthook
+_DICT = re.compile(r"\{'[A-Za-z_][\w/]*':[^{}]*\}")
+_PAIR = re.compile(r"'([A-Za-z_][\w/]*)':\s*'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
+                   r"|nan|inf|NaN|Infinity))'?\s*(?=[,}])")
+_METRICS = re.compile(r"WORKSHOP_METRICS\s+(\{.*\})")
+_SUMMARY = re.compile(r"WORKSHOP_SUMMARY\s+(\{.*\})")
+_STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
+_RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
+_KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
+_NUM = re.compile(r"[-+]?\d[\d,_]*\.?\d*(?:[eE][-+]?\d+)?")
+_BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)((?:\s+(?:[-+]?[\d.]+(?:e[-+]?\d+)?|N/A))+)\s*$")
+_BW_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:e[-+]?\d+)?|nan)", re.I)
+_BW_DEV = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
+_BW_NGPUS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_SLURM_CANCEL = re.compile(r"\*\*\*\s*(JOB|STEP)\s+([\w.]+)\s+ON\s+(\S+)\s+CANCELLED AT\s+(\S+)(.*?)(?:\*\*\*|$)",
+                           re.I)
+_SLURM_OOM = re.compile(r"Detected\s+(\d+)\s+oom[-_]kill event", re.I)
+_SLURM_NODEFAIL = re.compile(r"(?:srun: error: Node failure on (\S+))|(?:NODE[_ ]FAIL)", re.I)
+_SLURM_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d\-,]+): (.*)")
+_SLURM_PREEMPT = re.compile(r"PREEMPT", re.I)
+
+
+# ---------------------------------------------------------------------------------------- helpers
+
+
+def _to_float(text: str) -> float | None:
+    try:
+        return float(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        return None
+
+
+def parse_trainer_dict(text: str) -> dict[str, float] | None:
+    """A Trainer log dict, 4.x (floats) or 5.x (strings), as floats; None when it is not one."""
+    try:
+        obj = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        obj = None
+    if isinstance(obj, dict):
+        out: dict[str, float] = {}
+        for k, v in obj.items():
+            if isinstance(v, bool) or not isinstance(k, str):
+                continue
+            if isinstance(v, (int, float)):
+                out[k] = float(v)
+            elif isinstance(v, str):
+                f = _to_float(v.strip())
+                if f is not None:
+                    out[k] = f
+        return out or None
+    # nan/inf are not Python literals: fall back to key/value pairs.
+    pairs = {k: _to_float(v) for k, v in _PAIR.findall(text)}
+    pairs = {k: v for k, v in pairs.items() if v is not None}
+    return pairs or None
+
+
+def classify_trainer_dict(values: dict[str, float]) -> str:
+    if "train_runtime" in values:
+        return "final"
+    if any(k.startswith("eval_") for k in values):
+        return "eval"
+    if "loss" in values:
+        return "train"
+    return "other"
+
+
+def split_lines(text: str) -> list[LogLine]:
+    """Lines, then their `\\r` segments (a file keeps every overwritten tqdm frame), with rank prefixes."""
+    out: list[LogLine] = []
+    for i, raw in enumerate(text.split("\n"), start=1):
+        raw = raw.rstrip("\r")
+        rank = None
+        m = _LABEL.match(raw)
+        if m:
+            rank, raw = int(m.group(1)), raw[m.end():]
+        for seg in raw.split("\r"):
+            r = rank
+            m2 = _RANK_TAG.match(seg)
+            if m2:
+                r, seg = int(m2.group(1)), seg[m2.end():]
+            if seg.strip():
+                out.append(LogLine(i, r, seg))
+    return out
+
+
+def _step_values(rest: str) -> dict[str, float]:
+    """`| loss 5.81 | 12.3 samples/s | mem 480 MB` → {'loss': 5.81, 'samples/s': 12.3, 'mem': 480.0}."""
+    vals: dict[str, float] = {}
+    for part in rest.split("|"):
+        words = part.split()
+        if len(words) < 2:
+            continue
+        first = _to_float(words[0].rstrip("%"))
+        if first is not None:  # "12.3 samples/s"
+            vals[words[1]] = first
+        else:  # "loss 5.81", "mem 480 MB", "mfu 0.01%"
+            value = _to_float(words[1].rstrip("%"))
+            if value is not None:
+                vals[words[0]] = value
+    return vals
+
+
+def _parse_bw_row(m: re.Match[str]) -> BandwidthRow | None:
+    cols = m.group(6).split()
+    if len(cols) < 4:
+        return None
+
+    def num(s: str) -> float | None:
+        return None if s == "N/A" else _to_float(s)
+
+    def wrong(s: str) -> int | None:
+        f = num(s)
+        return int(f) if f is not None and math.isfinite(f) else None
+
+    t, a, b = num(cols[0]), num(cols[1]), num(cols[2])
+    if t is None or a is None or b is None:
+        return None
+    row = dict(size_bytes=int(m.group(1)), count=int(m.group(2)), dtype=m.group(3), redop=m.group(4),
+               root=int(m.group(5)), time_us=t, algbw_gbps=a, busbw_gbps=b, wrong=wrong(cols[3]))
+    if len(cols) >= 8:
+        row.update(inplace_time_us=num(cols[4]), inplace_algbw_gbps=num(cols[5]),
+                   inplace_busbw_gbps=num(cols[6]), inplace_wrong=wrong(cols[7]))
+    return BandwidthRow(**row)
+
+
+def _slurm_event(line: LogLine) -> SlurmEvent | None:
+    t = line.text
+    m = _SLURM_CANCEL.search(t)
+    if m:
+        reason = m.group(5).strip().strip("*").strip()
+        low = reason.lower()
+        kind = "cancelled"
+        if "time limit" in low:
+            kind = "time_limit"
+        elif "node fail" in low:
+            kind = "node_failure"
+        elif "preempt" in low:
+            kind = "preempted"
+        reason = re.sub(r"^due to\s+", "", reason, flags=re.I) or None
+        return SlurmEvent(kind, t.strip(), line.lineno, job_id=m.group(2), node=m.group(3), reason=reason)
+    if _SLURM_OOM.search(t) and ("slurmstepd" in t or "cgroup" in t or "StepId" in t):
+        return SlurmEvent("oom_kill", t.strip(), line.lineno)
+    m = _SLURM_NODEFAIL.search(t)
+    if m and ("srun" in t or "slurm" in t.lower() or "JOB" in t):
+        return SlurmEvent("node_failure", t.strip(), line.lineno, node=m.group(1))
+    m = _SLURM_TASK.search(t)
+    if m:
+        return SlurmEvent("task_exit", t.strip(), line.lineno, node=m.group(1), reason=m.group(3).strip())
+    return None
+
+
+# ---------------------------------------------------------------------------------------- parsing
+
+
+def read_text(source: str | Path) -> tuple[str, str]:
+    """(text, name) of a log given as a path or as the text itself; undecodable bytes are replaced."""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and len(source) < 4096
+                                    and source and Path(source).is_file()):
+        p = Path(source)
+        return p.read_bytes().decode("utf-8", errors="replace"), str(p)
+    return str(source), "<text>"
+
+
+def parse_log(source: str | Path) -> ParsedLog:
+    """Parse a job's stdout/stderr (a path or the text). Never raises on bad input."""
+    text, name = read_text(source)
+    return parse_text(text, name)
+
+
+def parse_text(text: str, name: str = "<text>") -> ParsedLog:
+    log = ParsedLog(source=name)
+    text = text.replace("\x00", "")
+    log.lines = split_lines(text)
+    seen: set[tuple[Any, ...]] = set()
+    bw = Bandwidth()
+    bw_hosts: dict[int, str] = {}
+
+    def once(key: tuple[Any, ...]) -> bool:
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
+
+    for line in log.lines:
+        t = line.text
+        if "WORKSHOP_SUMMARY" in t:
+            m = _SUMMARY.search(t)
+            obj = _json_obj(m.group(1)) if m else None
+            if obj is None:
+                log.bad_lines.append(line.lineno)
+            else:
+                log.summary = obj
+            continue
+        if "WORKSHOP_METRICS" in t:
+            m = _METRICS.search(t)
+            obj = _json_obj(m.group(1)) if m else None
+            if obj is None:
+                log.bad_lines.append(line.lineno)
+            elif once(("metrics", json.dumps(obj, sort_keys=True, default=str))):
+                log.metrics.append(MetricRecord(str(obj.get("kind", "train")), obj, line.lineno))
+            continue
+        if "[workshop rank" in t:
+            m = _RANKLINE.search(t)
+            if m and once(("rank", m.group(1), m.group(2), m.group(3))):
+                rest = m.group(3)
+                values: dict[str, Any] = {}
+                for k, v in _KV.findall(rest):
+                    f = _to_float(v)
+                    values[k] = f if f is not None else v
+                log.rank_facts.append(RankFact(int(m.group(1)), m.group(2), rest, values, line.lineno))
+            continue
+        if "[workshop] step" in t:
+            m = _STEP.search(t)
+            if m:
+                total = int(m.group(2)) if m.group(2) else None
+                if once(("step", m.group(0))):
+                    log.steps.append(StepLine(int(m.group(1)), total, _step_values(m.group(3)), line.lineno))
+            continue
+        if "{'" in t:
+            for m in _DICT.finditer(t):
+                values = parse_trainer_dict(m.group(0))
+                if values is None:
+                    continue
+                if once(("trainer", tuple(sorted(values.items())))):
+                    log.trainer.append(TrainerRecord(classify_trainer_dict(values), values, line.lineno))
+            continue
+        if t.lstrip().startswith("#"):
+            m = _BW_AVG.search(t)
+            if m:
+                bw.avg_busbw_gbps = _to_float(m.group(1))
+                continue
+            m = _BW_DEV.search(t)
+            if m:
+                bw_hosts[int(m.group(1))] = m.group(2)
+                continue
+            m = _BW_NGPUS.search(t)
+            if m:
+                bw.n_ranks = int(m.group(1)) * int(m.group(2))
+            continue
+        if t[:1].isspace() or t[:1].isdigit():
+            m = _BW_ROW.match(t)
+            if m:
+                row = _parse_bw_row(m)
+                if row is not None and once(("bw", row)):
+                    bw.rows.append(row)
+                continue
+        if "***" in t or "slurmstepd" in t or "srun:" in t:
+            ev = _slurm_event(line)
+            if ev is not None and once(("slurm", ev.kind, ev.job_id, ev.node, ev.reason, ev.text)):
+                log.slurm.append(ev)
+    if bw.rows or bw.avg_busbw_gbps is not None:
+        if bw_hosts:
+            bw.hosts = [bw_hosts[r] for r in sorted(bw_hosts)]
+            bw.n_ranks = max(bw.n_ranks or 0, len(bw_hosts))
+        log.bandwidth = bw
+    log.missing = _missing(log)
+    return log
+
+
+def _json_obj(text: str) -> dict[str, Any] | None:
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _missing(log: ParsedLog) -> list[str]:
+    """What a table might want and the log does not hold (bandwidth-only logs need no training)."""
+    missing = []
+    if log.bandwidth is not None and not (log.trainer or log.metrics or log.summary):
+        if not log.bandwidth.rows:
+            missing.append("bandwidth rows")
+        if log.bandwidth.avg_busbw_gbps is None:
+            missing.append("average bus bandwidth")
+        return missing
+    if log.summary is None:
+        missing.append("summary (WORKSHOP_SUMMARY / summary.json)")
+    if not log.metrics:
+        missing.append("metrics (WORKSHOP_METRICS / metrics.jsonl)")
+    if not log.train_records and not log.train_metrics:
+        missing.append("train loss records")
+    if not log.eval_records and not log.eval_metrics:
+        missing.append("eval records")
+    if log.final_record is None and log.summary is None:
+        missing.append("final train_runtime record")
+    if log.run_args is None:
+        missing.append("run_args.json (config)")
+    return missing
+
+
+# ---------------------------------------------------------------------------------------- run folders
+
+LOG_GLOBS = ("*.out", "*.err", "*.log", "slurm-*.txt")
+
+
+def read_run_dir(path: str | Path) -> ParsedLog:
+    """A run folder: summary.json, metrics.jsonl, run_args.json, plus any job log files inside it."""
+    path = Path(path)
+    texts = []
+    for pattern in LOG_GLOBS:
+        for p in sorted(path.glob(pattern)):
+            texts.append(p.read_bytes().decode("utf-8", errors="replace"))
+    log = parse_text("\n".join(texts), str(path))
+    summary = _read_json(path / "summary.json")
+    if summary is not None:
+        log.summary = summary
+    run_args = _read_json(path / "run_args.json")
+    if run_args is not None:
+        log.run_args = run_args
+    mpath = path / "metrics.jsonl"
+    if mpath.is_file():
+        recs: list[MetricRecord] = []
+        for i, line in enumerate(mpath.read_text(errors="replace").splitlines(), start=1):
+            obj = _json_obj(line.strip()) if line.strip() else None
+            if obj is None:
+                if line.strip():
+                    log.bad_lines.append(i)
+                continue
+            recs.append(MetricRecord(str(obj.get("kind", "train")), obj, i))
+        if recs:
+            log.metrics = recs  # the file is the record; printed copies may be partial
+    log.missing = _missing(log)
+    return log
+
+
+def _read_json(p: Path) -> dict[str, Any] | None:
+    if not p.is_file():
+        return None
+    return _json_obj(p.read_text(errors="replace"))
+
+
+def load(source: str | Path | ParsedLog) -> ParsedLog:
+    """A ParsedLog from a log file, a run folder, log text or an already parsed log."""
+    if isinstance(source, ParsedLog):
+        return source
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and len(source) < 4096):
+        p = Path(source)
+        try:
+            if p.is_dir():
+                return read_run_dir(p)
+        except OSError:
+            pass
+    return parse_log(source)
+
+
+def load_all(sources: Iterable[str | Path | ParsedLog]) -> list[ParsedLog]:
+    return [load(s) for s in sources]
