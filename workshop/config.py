@@ -71,7 +71,7 @@ class RunConfig:
     dataset: str = _help("fixture (SQuAD-format file shipped in the repo) or squad (SQuAD v1.1 from the Hub)",
                          default="fixture")
     train_size: int = _help("number of training examples (taken from the start of the split)", default=48)
-    eval_size: int = _help("number of evaluation examples", default=16)
+    eval_size: int = _help("number of evaluation examples", default=15)
     max_length: int = _help("longest tokenized example; longer prompts are truncated from the context",
                             default=256)
     batch_size: int = _help("per-device (per-process) batch size", default=4)
@@ -138,7 +138,7 @@ class RunConfig:
         """Raise ConfigError for the first value that cannot run; return self when all is well."""
         positive = {
             "train_size": "a number of examples, e.g. 48",
-            "eval_size": "a number of examples, e.g. 16",
+            "eval_size": "a number of examples, e.g. 15",
             "batch_size": "at least 1; lower it (not to 0) when memory is short, and raise grad_acc",
             "grad_acc": "at least 1 (1 = no accumulation)",
             "nodes": "at least 1",
