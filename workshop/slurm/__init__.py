@@ -1,0 +1,13 @@
+"""Submit course steps as batch jobs, through Slurm or (without Slurm) on this machine.
+
+    from workshop.slurm import submit
+    job = submit("baseline", profile="ci")
+    job.wait()              # a progress widget in Jupyter, one updating line elsewhere
+    job.summary()["final_eval_loss"]
+"""
+
+from workshop.slurm.jobs import Job, job_key, submit
+from workshop.slurm.records import JobState
+from workshop.slurm.steps import STEPS, step_config
+
+__all__ = ["Job", "JobState", "STEPS", "job_key", "step_config", "submit"]

@@ -1,0 +1,204 @@
+"""`submit(step, config, profile) -> Job`: one call from a notebook cell to a running batch job.
+
+The config is validated (and checked against the site's partitions) before anything is written or
+submitted. A job's folder is named by a hash of step, config and profile, so running the same
+cell twice finds the job already submitted instead of queueing a duplicate.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import re
+import shutil
+from collections import deque
+from pathlib import Path
+from typing import Any, Mapping
+
+from workshop.config import ConfigError, RunConfig, load_config
+from workshop.profiles import Profile, load_profile
+from workshop.slurm import local_backend, slurm_backend
+from workshop.slurm.records import JobRecord, JobState, find_record, now
+from workshop.slurm.render import render
+from workshop.slurm.steps import check_fits, get_step, step_config
+
+STEP_LINE = re.compile(r"\[workshop\] step (\d+)/(\d+)")
+# "[rank0]: workshop.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
+EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Mismatch|Interrupt)): (.+)")
+
+
+class Job:
+    """A submitted job: its state, log and results, whichever backend runs it."""
+
+    def __init__(self, record: JobRecord) -> None:
+        self.record = record
+
+    # -------------------------------------------------------------- identity and paths
+    @property
+    def job_id(self) -> str:
+        return self.record.job_id
+
+    @property
+    def step(self) -> str:
+        return self.record.step
+
+    @property
+    def job_dir(self) -> Path:
+        return self.record.dir
+
+    @property
+    def log_path(self) -> Path:
+        return self.record.log_path
+
+    @property
+    def run_dir(self) -> Path:
+        return self.record.run_dir
+
+    @property
+    def script(self) -> str:
+        """The rendered batch script, to show in a notebook."""
+        return self.record.script.read_text()
+
+    @property
+    def reason(self) -> str:
+        return self.record.reason
+
+    def __repr__(self) -> str:
+        return (f"Job({self.job_id!r}, step={self.step!r}, state={self.record.state}, "
+                f"backend={self.record.backend!r}, dir={str(self.job_dir)!r})")
+
+    @classmethod
+    def load(cls, job: str | Path, jobs_dir: str | Path = "jobs") -> "Job":
+        """A job by folder or id, e.g. after a kernel restart."""
+        return cls(find_record(job, jobs_dir))
+
+    # -------------------------------------------------------------- state
+    def state(self) -> JobState:
+        """Ask the backend (Slurm: through the shared, rate-limited poller); final states are kept."""
+        rec = self.record
+        if rec.job_state.finished:
+            return rec.job_state
+        if rec.backend == "local":
+            result = local_backend.status(rec)
+        else:
+            result = slurm_backend.status(rec)
+        if result is None:      # Slurm does not know it yet (accounting lags a second behind sbatch)
+            return rec.job_state
+        state, reason, rc, nodes = result
+        if state is JobState.FAILED and reason:
+            reason = "; ".join(x for x in (reason, self._error_line()) if x)
+        changed = (state.value, reason, rc, nodes or rec.nodes) != (rec.state, rec.reason, rec.exit_code, rec.nodes)
+        rec.state, rec.reason, rec.exit_code, rec.nodes = state.value, reason, rc, nodes or rec.nodes
+        if state.finished and rec.ended_at is None:
+            rec.ended_at = now()
+        if changed:
+            try:
+                rec.save()
+            except OSError:
+                pass             # someone else's job folder, read-only to us: state is still right
+        return state
+
+    def wait(self, timeout: float | None = None, poll: float | None = None) -> JobState:
+        """Block until the job finishes (or `timeout` s pass), showing progress; the last state."""
+        from workshop.slurm.watch import wait
+        return wait(self, timeout=timeout, poll=poll)
+
+    def cancel(self) -> JobState:
+        if not self.state().finished:
+            if self.record.backend == "local":
+                local_backend.cancel(self.record)
+            else:
+                slurm_backend.cancel(self.record)
+                slurm_backend.POLLER.status(self.job_id)   # let the next poll see it
+        return self.state()
+
+    # -------------------------------------------------------------- outputs
+    def tail(self, n: int = 20) -> str:
+        """The last `n` lines of the job's log ('' before the job starts writing)."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return "".join(deque(f, maxlen=n))
+        except FileNotFoundError:
+            return ""
+
+    def progress(self) -> tuple[int, int] | None:
+        """(k, N) from the last `[workshop] step k/N` line of the log."""
+        found = None
+        for m in STEP_LINE.finditer(self.tail(200)):
+            found = (int(m.group(1)), int(m.group(2)))
+        return found
+
+    def summary(self) -> dict[str, Any] | None:
+        """`run/summary.json`, once the training run has written it."""
+        path = self.run_dir / "summary.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def _error_line(self) -> str:
+        """The exception (or slurmstepd error) a student needs to read first, from the log."""
+        lines = self.tail(400).splitlines()
+        for line in reversed(lines):
+            m = EXCEPTION_LINE.match(line.strip())
+            if m and "ChildFailedError" not in m.group(1):
+                return f"{m.group(1)}: {m.group(2)}"[:300]
+        for line in reversed(lines):
+            if "slurmstepd: error:" in line or "oom-kill" in line.lower():
+                return line.strip()[:300]
+        return ""
+
+
+def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
+    """Short hash of what makes two submissions the same job."""
+    payload = {"step": step, "config": {k: v for k, v in config.to_dict().items() if k != "output_dir"},
+               "profile": [profile.name, profile.digest], "name": name}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def submit(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
+           overrides: Mapping[str, Any] | None = None, resubmit: bool = False, jobs_dir: str | Path = "jobs",
+           name: str | None = None) -> Job:
+    """Render and submit a course step; returns the existing Job when this exact one was submitted.
+
+    `config=None` takes the step's config on this site (step defaults < profile < `overrides`).
+    """
+    get_step(step)
+    prof = load_profile(profile)
+    if config is None:
+        cfg = step_config(step, prof, overrides)
+    else:
+        cfg = load_config(base=config, overrides=overrides) if overrides else config.validate()
+    check_fits(step, cfg, prof)
+    job_name = name or f"workshop-{step}"
+    jobs_root = Path(jobs_dir).resolve()
+    job_dir = jobs_root / f"{step}-{job_key(step, cfg, prof, job_name)}"
+    cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run")})
+    script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
+
+    job_dir.mkdir(parents=True, exist_ok=True)
+    with open(job_dir / ".submit.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)      # two cells (or kernels) submitting at once: one job
+        history: list[dict[str, Any]] = []
+        if (job_dir / "job.json").is_file():
+            old = JobRecord.load(job_dir)
+            if not resubmit:
+                return Job(old)
+            history = old.history + [{"job_id": old.job_id, "state": old.state, "submitted_at": old.submitted_at}]
+            if old.run_dir.exists():
+                shutil.move(str(old.run_dir), str(job_dir / f"run-{old.job_id}"))
+        (job_dir / "job.sh").write_text(script)
+        (job_dir / "job.sh").chmod(0o755)
+        cfg.to_json(job_dir / "config.json")
+        rec = JobRecord(job_id="", backend=prof.backend, step=step, profile=prof.name, name=job_name,
+                        job_dir=str(job_dir), history=history)
+        if prof.backend == "local":
+            cpus = cfg.procs_per_node * prof.partition_for(step).cpus_per_proc
+            rec.job_id = local_backend.submit(rec, prof, cpus, jobs_root)
+            rec.state = JobState.RUNNING.value
+        else:
+            rec.job_id = slurm_backend.submit(rec)
+            slurm_backend.POLLER.watch(rec.job_id)
+        rec.save()
+    return Job(rec)
+
+
+__all__ = ["ConfigError", "Job", "JobState", "submit"]

@@ -1,0 +1,135 @@
+"""Render a step's batch script from the one template family in `slurm/templates/`.
+
+`job.sh` is the only full script; `launch-node.sh` / `launch-nodes.sh` are the launch block for
+one node or several. Placeholders are `@{name}` (string.Template with `@`, so bash's `$` stays
+readable). Every value a user can influence is quoted here with `shlex.quote`; only the profile's
+`setup` lines (written by the site's admin) go in verbatim.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from string import Template
+
+from workshop.config import ConfigError, RunConfig
+from workshop.profiles import TEMPLATES_DIR, Profile, current_env_activation
+from workshop.slurm.steps import check_fits, get_step
+
+_VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
+_SBATCH_SAFE = re.compile(r"[A-Za-z0-9_./+:=@,%-]*")
+
+
+class _Template(Template):
+    delimiter = "@"
+
+
+def template(name: str) -> _Template:
+    return _Template((TEMPLATES_DIR / name).read_text())
+
+
+def shell_value(text: str) -> str:
+    """Quote `text` for bash, keeping `$VAR` / `${VAR}` expandable (for paths like /scratch/$USER)."""
+    out, pos = [], 0
+    for m in _VAR.finditer(text):
+        if m.start() > pos:
+            out.append(shlex.quote(text[pos:m.start()]))
+        out.append(f'"${{{m.group(1)}}}"')
+        pos = m.end()
+    if pos < len(text) or not out:
+        out.append(shlex.quote(text[pos:]))
+    return "".join(out)
+
+
+def sbatch_name(text: str) -> str:
+    """A job name Slurm and squeue show as-is: anything but [A-Za-z0-9._-] becomes '_'."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:64] or "job"
+
+
+def sbatch_path(path: Path, pattern: str = "", field: str = "jobs_dir") -> str:
+    """A path for an #SBATCH line, which sbatch parses without a shell: refuse what it cannot take."""
+    text = str(path)
+    if "%" in text or "\n" in text or '"' in text:
+        raise ConfigError(field, f"{text!r} contains %, a quote or a newline, which Slurm reads as a "
+                          "filename pattern or cannot quote", "choose a folder without them")
+    text += pattern
+    return text if _SBATCH_SAFE.fullmatch(text) else f'"{text}"'
+
+
+def _mem_times(mem: str, n: int) -> str:
+    return f"{int(mem[:-1]) * n}{mem[-1]}"
+
+
+def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_name: str) -> list[str]:
+    part = profile.partition_for(step)
+    procs = config.procs_per_node
+    lines = [f"--job-name={sbatch_name(job_name)}"]
+    for opt, value in (("partition", part.name), ("account", profile.account), ("qos", profile.qos),
+                       ("reservation", profile.reservation), ("constraint", profile.constraint)):
+        if value:
+            lines.append(f"--{opt}={value}")
+    lines += [f"--nodes={config.nodes}", "--ntasks-per-node=1"]
+    if part.gpus_per_node and profile.gpu_request != "none":
+        typed = f"{part.gpu_type}:{procs}" if part.gpu_type else str(procs)
+        lines.append(f"--gpus-per-node={typed}" if profile.gpu_request == "gpus-per-node" else f"--gres=gpu:{typed}")
+    lines.append(f"--cpus-per-task={procs * part.cpus_per_proc}")
+    if part.mem_per_proc:
+        lines.append(f"--mem={_mem_times(part.mem_per_proc, procs)}")
+    lines.append(f"--time={profile.time_for(step)}")
+    lines.append(f"--chdir={sbatch_path(job_dir)}")
+    lines.append(f"--output={sbatch_path(job_dir, '/slurm-%j.out')}")
+    if profile.signal_lead_s > 0:
+        lines.append(f"--signal=B:USR1@{profile.signal_lead_s}")
+    width = max(len(x.split("=")[0]) for x in lines)
+    comments = {"--ntasks-per-node": "one torchrun per node; it starts the processes",
+                "--cpus-per-task": f"{part.cpus_per_proc} core(s) per process",
+                "--gpus-per-node": part.gpu_name, "--gres": part.gpu_name}
+    out = []
+    for line in lines:
+        key = line.split("=")[0]
+        note = comments.get(key, "")
+        out.append(f"#SBATCH {line:<{width + 24}} # {note}".rstrip(" #") if note else f"#SBATCH {line}")
+    return out
+
+
+def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -> str:
+    if get_step(step).program == "bandwidth":
+        args = ["-m", "workshop.bandwidth", "--min-busbw", f"{profile.min_busbw_gbps:g}"]
+        if profile.bandwidth_max_bytes:
+            args += ["-e", profile.bandwidth_max_bytes]
+        return " ".join(shlex.quote(a) for a in args)
+    return f"-m workshop.train --config {shlex.quote(str(config_path))}"
+
+
+def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_name: str | None = None) -> str:
+    """The batch script for `step` with `config` on `profile`, writing into `job_dir`."""
+    info = get_step(step)
+    config.validate()
+    check_fits(step, config, profile)
+    job_dir = Path(job_dir).resolve()
+    job_name = job_name or f"workshop-{step}"
+    part = profile.partition_for(step)
+    setup = list(profile.setup)
+    if profile.python_env == "current":
+        setup += current_env_activation()
+    exports = [f"export HF_HOME={shell_value(profile.hf_home)}"] if profile.hf_home else []
+    exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
+    exports.append(f"export WANDB_DIR={shlex.quote(str(job_dir))}")
+    exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
+    launch_name = "launch-nodes.sh" if config.nodes > 1 else "launch-node.sh"
+    launch = template(launch_name).substitute(
+        procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json")).rstrip()
+    gpus = f" x {part.gpu_name or 'GPU'}" if part.gpus_per_node else " (CPU processes)"
+    shape = (f"{config.nodes} node(s) x {config.procs_per_node} process(es){gpus}, "
+             f"sharding={config.sharding}, model={config.model}")
+    return template("job.sh").substitute(
+        title=f"{info.title} (job {sbatch_name(job_name)})",
+        profile=profile.name,
+        sbatch="\n".join(sbatch_lines(step, config, profile, job_dir, job_name)),
+        setup="\n".join(setup) or ":  # nothing to activate",
+        exports="\n".join(exports),
+        omp_threads=part.cpus_per_proc,
+        step_line=shlex.quote(f"[job] step {step}: {shape}"),
+        launch=launch,
+    )

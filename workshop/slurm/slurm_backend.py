@@ -1,0 +1,164 @@
+"""Slurm backend: sbatch, one shared poller for all of this kernel's jobs, scancel.
+
+A notebook on Open OnDemand runs inside a Slurm job, and sbatch/srun read inherited `SLURM_*`
+variables as options (a job would inherit the notebook's node list, memory, time...): every
+command here runs with those scrubbed. Commands take argument lists, never a shell.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from typing import Mapping
+
+from workshop.slurm.records import SLURM_STATES, JobRecord, JobState
+
+# The poller asks Slurm at most once per MIN_POLL_INTERVAL seconds per kernel, however many jobs
+# are watched, and backs off towards MAX_POLL_INTERVAL while nothing changes. Tests lower these.
+MIN_POLL_INTERVAL = 10.0
+MAX_POLL_INTERVAL = 60.0
+COMMAND_TIMEOUT = 30.0
+
+_SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+_KEEP = {"SLURM_CONF"}   # which cluster to talk to, not an option of the surrounding job
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed; the message carries its stderr."""
+
+
+def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment without the surrounding job's SLURM_/SBATCH_/SRUN_/SALLOC_ variables."""
+    env = os.environ if env is None else env
+    return {k: v for k, v in env.items() if k in _KEEP or not k.startswith(_SCRUB_PREFIXES)}
+
+
+def run(cmd: list[str], cwd: str | None = None) -> str:
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=scrubbed_env(), capture_output=True, text=True,
+                              timeout=COMMAND_TIMEOUT, check=False)
+    except FileNotFoundError:
+        raise SlurmError(f"{cmd[0]} is not on PATH: this machine has no Slurm client. Use profile='local', "
+                         "or run on the cluster's login node") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{' '.join(cmd)} did not answer in {COMMAND_TIMEOUT:.0f} s: is slurmctld up? "
+                         "(`scontrol ping`)") from None
+    if proc.returncode != 0:
+        raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def submit(record: JobRecord) -> str:
+    """sbatch the rendered script; returns the job id."""
+    out = run(["sbatch", "--parsable", str(record.script)], cwd=record.job_dir)
+    job_id = out.strip().splitlines()[-1].split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch printed {out.strip()!r}, not a job id")
+    return job_id
+
+
+def cancel(record: JobRecord) -> None:
+    run(["scancel", record.job_id])
+
+
+def _exit_reason(state: JobState, exit_code: str, slurm_reason: str) -> tuple[str, int | None]:
+    code, _, sig = exit_code.partition(":")
+    rc = int(code) if code.isdigit() else None
+    if state is JobState.FAILED and rc:
+        return f"exit code {rc}", rc
+    if sig and sig != "0" and state is not JobState.COMPLETED:
+        return f"killed by signal {sig}", rc
+    return ("" if slurm_reason in ("None", "") else slurm_reason), rc
+
+
+class Poller:
+    """One Slurm query per interval for every job this kernel watches (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_call = 0.0
+        self._interval = 0.0
+        self._cache: dict[str, tuple[JobState, str, int | None, str]] = {}
+        self._watched: set[str] = set()
+        self._sacct_ok: bool | None = None
+
+    def watch(self, job_id: str) -> None:
+        with self._lock:
+            self._watched.add(job_id)
+
+    def status(self, job_id: str) -> tuple[JobState, str, int | None, str] | None:
+        """(state, reason, exit code, node list) of a job, from the cache unless it is due."""
+        with self._lock:
+            self._watched.add(job_id)
+            interval = max(self._interval, MIN_POLL_INTERVAL)
+            if job_id in self._cache and time.monotonic() - self._last_call < interval:
+                return self._cache[job_id]
+            wait = self._last_call + MIN_POLL_INTERVAL - time.monotonic()
+            if wait > 0 and job_id in self._cache:
+                return self._cache[job_id]
+            if wait > 0:       # a job we have never seen: wait for the next slot, never exceed the rate
+                time.sleep(wait)
+            ids = sorted(i for i in self._watched
+                         if i not in self._cache or not self._cache[i][0].finished)
+            before = {i: self._cache.get(i, (None,))[0] for i in ids}
+            self._last_call = time.monotonic()
+            try:
+                self._cache.update(self._query(ids))
+                changed = any(self._cache.get(i, (None,))[0] != before[i] for i in ids)
+            except SlurmError:
+                changed = False
+            self._interval = MIN_POLL_INTERVAL if changed else min(
+                max(self._interval, MIN_POLL_INTERVAL) * 1.5, MAX_POLL_INTERVAL)
+            return self._cache.get(job_id)
+
+    def _query(self, ids: list[str]) -> dict[str, tuple[JobState, str, int | None, str]]:
+        if not ids:
+            return {}
+        if self._sacct_ok is not False:
+            try:
+                out = run(["sacct", "-P", "-n", "-X", "-j", ",".join(ids),
+                           "--format=JobIDRaw,State,ExitCode,Reason,NodeList"])
+                self._sacct_ok = True
+                return self._parse(out, sacct=True)
+            except SlurmError as e:
+                if "accounting storage is disabled" not in str(e) and self._sacct_ok:
+                    raise
+                self._sacct_ok = False
+        out = run(["squeue", "--me", "-h", "-j", ",".join(ids), "-o", "%i|%T|%r|%N"])
+        found = self._parse(out, sacct=False)
+        for i in ids:   # gone from squeue and no accounting: finished, outcome unknown to Slurm
+            if i not in found and i in self._cache:
+                found[i] = (JobState.COMPLETED, "left the queue; accounting is off, so check the log",
+                            None, self._cache[i][3])
+        return found
+
+    @staticmethod
+    def _parse(out: str, sacct: bool) -> dict[str, tuple[JobState, str, int | None, str]]:
+        found = {}
+        for line in out.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 4:
+                continue
+            if sacct:
+                job_id, raw_state, exit_code, reason, nodes = parts[:5]
+            else:
+                job_id, raw_state, reason, nodes = parts[:4]
+                exit_code = ""
+            word = raw_state.split()[0] if raw_state.split() else ""
+            state = SLURM_STATES.get(word, JobState.FAILED)
+            why, rc = _exit_reason(state, exit_code, reason)
+            if state is JobState.CANCELLED and "by" in raw_state:
+                why = raw_state.lower().replace("cancelled", "cancelled").strip()
+            if word not in SLURM_STATES:
+                why = f"Slurm state {raw_state}"
+            found[job_id] = (state, why, rc, "" if nodes in ("None assigned", "(null)") else nodes)
+        return found
+
+
+POLLER = Poller()
+
+
+def status(record: JobRecord) -> tuple[JobState, str, int | None, str] | None:
+    return POLLER.status(record.job_id)
