@@ -44,6 +44,9 @@ def _train_points(log: ParsedLog) -> tuple[list[float], list[float]]:
 
 def _eval_points(log: ParsedLog) -> tuple[list[float], list[float]]:
     pts = [(m.data.get("step"), m.data.get("eval_loss")) for m in log.eval_metrics]
+    if not pts and not log.train_metrics and not log.steps:  # Trainer dicts: the train dicts logged before it
+        pts = [(sum(t.lineno < r.lineno for t in log.train_records), r.values.get("eval_loss"))
+               for r in log.eval_records]
     pts = [(float(x), float(y)) for x, y in pts if x is not None and y is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
 
