@@ -1,0 +1,120 @@
+"""Exercise tables: every number comes from the runs' own records; what is missing is NaN with a note."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tests.logs_fixtures import LOGS, REAL_LOG, REAL_RUN
+from workshop import tables
+from workshop.logs import parse_text
+from workshop.memory import estimate_config
+
+
+def run(label: str, **summary: object) -> "tables.ParsedLog":
+    """A parsed log holding one WORKSHOP_SUMMARY line (the numbers are the test's own)."""
+    log = parse_text("WORKSHOP_SUMMARY " + json.dumps({"status": "completed", **summary}) + "\n", label)
+    return log
+
+
+def test_baseline_from_a_real_run_folder() -> None:
+    df = tables.baseline_table([REAL_RUN])
+    summary = json.loads((REAL_RUN / "summary.json").read_text())
+    row = df.iloc[0]
+    assert row["final_train_loss"] == summary["train_loss"]
+    assert [row["eval_loss_epoch1"], row["eval_loss_epoch2"]] == summary["eval_losses"]
+    assert row["train_samples_per_s"] == summary["train_samples_per_s"]
+    assert row["steps_per_epoch"] == summary["steps_per_epoch"] and row["peak_mem_mb"] == summary["peak_mem_mb"]
+    assert math.isnan(row["gpu_util_pct"])  # CPU run: NaN, and the note says why
+    notes = " ".join(df.attrs["notes"])
+    assert "gpu_util_pct is NaN — no GPU utilisation" in notes and "RSS" in notes
+    cfg = json.loads((REAL_RUN / "run_args.json").read_text())["config"]
+    assert row["predicted_mem_mb"] == pytest.approx(estimate_config(cfg).total_mb)
+
+
+def test_baseline_from_the_log_alone_matches_the_folder_except_prediction() -> None:
+    a = tables.baseline_table([REAL_LOG]).iloc[0]
+    b = tables.baseline_table([REAL_RUN]).iloc[0]
+    assert a.drop(["predicted_mem_mb", "gpu_util_pct"]).equals(b.drop(["predicted_mem_mb", "gpu_util_pct"]))
+    assert math.isnan(a["predicted_mem_mb"])
+
+
+def test_baseline_from_hf_dicts_only_leaves_gaps_as_nan_with_notes() -> None:
+    df = tables.baseline_table([LOGS / "hf4_trainer_srun_label.log"])
+    row = df.iloc[0]
+    assert row["final_train_loss"] == 5.34362 and row["train_samples_per_s"] == 10.368
+    assert row["eval_loss_epoch1"] == 5.1 and row["eval_loss_epoch2"] == 4.7
+    assert row["eval_samples_per_s"] == 33.25
+    for col in ("steps_per_epoch", "peak_mem_mb", "em", "f1"):
+        assert math.isnan(row[col])
+    assert any("peak_mem_mb is NaN — not in the log" in n for n in df.attrs["notes"])
+
+
+def test_fsdp_vs_baseline_by_hand() -> None:
+    base = run("base", sharding_applied="none", world_size=1, peak_mem_mb=1000.0, train_samples_per_s=10.0)
+    fsdp = run("fsdp", sharding_applied="full_shard", world_size=2, peak_mem_mb=600.0, train_samples_per_s=8.0)
+    df = tables.fsdp_vs_baseline_table(base, [fsdp], predicted_mem_mb=False)
+    r = df.loc["fsdp"]
+    assert r["mem_saved_mb"] == 400.0  # 1000 - 600
+    assert r["mem_saved_pct"] == pytest.approx(40.0)  # 400 / 1000
+    assert r["speed_cost_pct"] == pytest.approx(20.0)  # 1 - 8/10
+    assert df.loc["base", "mem_saved_mb"] == 0
+
+
+def test_strategies_relative_to_full_shard() -> None:
+    runs = [run("fs", sharding_applied="full_shard", peak_mem_mb=500.0, train_samples_per_s=10.0, train_tokens_per_s=1000.0),
+            run("sgo", sharding_applied="shard_grad_op", peak_mem_mb=750.0, train_samples_per_s=12.0, train_tokens_per_s=1200.0),
+            run("off", sharding_applied="full_shard", offload_applied=True, peak_mem_mb=250.0, train_samples_per_s=5.0)]
+    df = tables.strategies_table(runs, predicted_mem_mb=False)
+    assert list(df["strategy"]) == ["full_shard", "shard_grad_op", "full_shard+offload"]
+    assert df.loc["sgo", "peak_mem_mb_vs_full_shard"] == 1.5 and df.loc["sgo", "samples_per_s_vs_full_shard"] == 1.2
+    assert df.loc["off", "peak_mem_mb_vs_full_shard"] == 0.5
+    assert math.isnan(df.loc["off", "tokens_per_s"]) and any("off: train_tokens_per_s" in n for n in df.attrs["notes"])
+    no_ref = tables.strategies_table(runs[1:], predicted_mem_mb=False)
+    assert any("no full_shard run" in n for n in no_ref.attrs["notes"])
+
+
+def test_scaling_speedup_and_efficiency_by_hand() -> None:
+    runs = [run(f"w{w}", world_size=w, nodes=max(1, w // 2), global_batch=32, train_samples_per_s=s,
+                peak_mem_mb_per_rank=[m] * w)
+            for w, s, m in ((4, 32.0, 300.0), (1, 10.0, 900.0), (2, 18.0, 500.0))]
+    df = tables.scaling_table(runs, predicted_mem_mb=False)
+    assert list(df.index) == ["w1", "w2", "w4"]  # sorted by world size
+    assert list(df["speedup"]) == pytest.approx([1.0, 1.8, 3.2])  # 18/10, 32/10
+    assert list(df["efficiency"]) == pytest.approx([1.0, 0.9, 0.8])  # 1.8/2, 3.2/4
+    assert list(df["peak_mem_mb_per_gpu"]) == [900.0, 500.0, 300.0]
+    assert not any("global batch differs" in n for n in df.attrs["notes"])
+    runs.append(run("w8", world_size=8, nodes=4, global_batch=64, train_samples_per_s=50.0))
+    assert any("global batch differs" in n for n in tables.scaling_table(runs, False).attrs["notes"])
+
+
+def test_multinode_adds_bus_bandwidth_from_the_log_with_the_same_ranks() -> None:
+    runs = [run("n1", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0),
+            run("n2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=15.0)]
+    df = tables.multinode_table(runs, [LOGS / "nccl_tests_all_reduce_perf.log"], predicted_mem_mb=False)
+    assert df.loc["n2", "avg_busbw_gbps"] == 11.0256 and df.loc["n2", "max_busbw_gbps"] == 26.34
+    assert math.isnan(df.loc["n1", "avg_busbw_gbps"])  # no bandwidth log on 2 ranks: NaN, with a note
+    assert any("no bandwidth log ran on that many ranks" in n for n in df.attrs["notes"])
+    assert any("no bandwidth log given" in n for n in tables.multinode_table(runs, [], False).attrs["notes"])
+
+
+@pytest.mark.parametrize("fmt", ["markdown", "csv", "json"])
+def test_cli_formats(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert tables.main([str(REAL_RUN), "--format", fmt]) == 0
+    out = capsys.readouterr().out
+    assert "6.896" in out or "6.896447" in out
+    if fmt == "json":
+        data = json.loads(out)
+        assert data["rows"][0]["final_train_loss"] == 6.896447 and data["notes"]
+    if fmt == "markdown":
+        assert out.startswith("| run |") and "- fs2: gpu_util_pct is NaN" in out
+
+
+def test_cli_steps_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert tables.main(["--step", "fsdp", str(REAL_RUN)]) == 2
+    assert tables.main(["/nonexistent"]) == 2
+    assert tables.main(["--step", "multinode", str(REAL_RUN), str(LOGS / "nccl_tests_all_reduce_perf.log")]) == 0
+    assert "avg_busbw_gbps" in capsys.readouterr().out
+    assert tables.main(["--step", "scaling", str(REAL_RUN), str(REAL_LOG)]) == 0
