@@ -21,7 +21,7 @@ MIN_POLL_INTERVAL = 10.0
 MAX_POLL_INTERVAL = 60.0
 COMMAND_TIMEOUT = 30.0
 
-_SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_")
+_SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_", "SCANCEL_", "SINFO_")
 _KEEP = {"SLURM_CONF"}   # which cluster to talk to, not an option of the surrounding job
 
 
@@ -30,7 +30,8 @@ class SlurmError(RuntimeError):
 
 
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment without the surrounding job's SLURM_/SBATCH_/SRUN_/SALLOC_ variables."""
+    """The environment without the surrounding job's options (SLURM_*, SBATCH_*, ...) or output formats
+    (SQUEUE_FORMAT, SACCT_FORMAT would change what we parse)."""
     env = os.environ if env is None else env
     return {k: v for k, v in env.items() if k in _KEEP or not k.startswith(_SCRUB_PREFIXES)}
 

@@ -1,0 +1,76 @@
+"""The bandwidth self-test prints nccl-tests' table, computes busbw as nccl-tests does, lists every
+rank's host, and stops a job when a node is missing or the bandwidth is too low."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workshop.bandwidth import bus_factor, parse_size, sizes
+
+TORCHRUN = str(Path(sys.executable).parent / "torchrun")
+
+# The header of nccl-tests' all_reduce_perf (2.13+), character for character.
+NCCL_TESTS_HEADER = [
+    "#                                                              out-of-place                       in-place          ",
+    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong",
+    "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ",
+]
+
+
+def run_bandwidth(nproc: int, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env["OMP_NUM_THREADS"] = "1"
+    return subprocess.run([TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", "-m", "workshop.bandwidth",
+                           "-e", "64K", "-n", "3", "-w", "1", *args],
+                          capture_output=True, text=True, timeout=180, env=env)
+
+
+def test_bus_bandwidth_factor_is_nccl_tests_all_reduce_factor():
+    assert [bus_factor(n) for n in (1, 2, 4, 8)] == [0.0, 1.0, 1.5, 1.75]
+    assert sizes(8, parse_size("1M"), 4)[:3] == [8, 32, 128] and sizes(8, parse_size("1M"), 4)[-1] == 524288
+
+
+def test_three_gloo_ranks_print_nccl_tests_table_with_right_numbers():
+    proc = run_bandwidth(3, "--expect-nodes", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    host = socket.gethostname()
+    ranks = [line for line in lines if line.startswith("#  Rank ")]
+    assert [r.split()[2] for r in ranks] == ["0", "1", "2"]
+    assert all(f" on {host:>10s} device " in r and "[cpu]" in r for r in ranks)
+    start = lines.index(NCCL_TESTS_HEADER[0])
+    assert lines[start:start + 3] == NCCL_TESTS_HEADER
+    rows = [line.split() for line in lines[start + 3:] if line and not line.startswith("#")]
+    assert [int(r[0]) for r in rows] == sizes(8, 64 * 1024, 4)
+    for size, count, typ, redop, root, *places in rows:
+        assert (int(count), typ, redop, root) == (int(size) // 4, "float", "sum", "-1")
+        for time_us, algbw, busbw, wrong in (places[:4], places[4:]):
+            expected_algbw = int(size) / (float(time_us) * 1e-6) / 1e9
+            assert float(algbw) == pytest.approx(expected_algbw, abs=0.011, rel=0.01)
+            assert float(busbw) == pytest.approx(float(algbw) * 4 / 3, abs=0.011)   # 2(n-1)/n, n = 3
+            assert wrong == "0"
+    assert "# Out of bounds values : 0 OK" in lines
+    assert any(line.startswith("# Avg bus bandwidth    : ") for line in lines)
+    assert f"# Hosts                : 1 ({host}), 3 ranks, backend gloo" in lines
+    assert lines[-1] == "# PASSED"
+
+
+def test_gate_fails_when_bandwidth_is_too_low_or_a_node_is_missing():
+    proc = run_bandwidth(2, "--min-busbw", "1000000", "--expect-nodes", "2")
+    assert proc.returncode != 0
+    assert "# FAILED: expected 2 node(s), but the ranks ran on 1 host(s)" in proc.stdout
+    assert "is below the site's minimum 1e+06 GB/s" in proc.stdout
+
+
+def test_without_torchrun_it_says_how_to_launch_it():
+    proc = subprocess.run([sys.executable, "-m", "workshop.bandwidth"], capture_output=True, text=True,
+                          env={k: v for k, v in os.environ.items() if k != "RANK"})
+    assert proc.returncode == 2 and "torchrun" in proc.stderr
+    assert shutil.which(TORCHRUN)

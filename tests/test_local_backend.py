@@ -1,0 +1,118 @@
+"""Without Slurm, the same batch script runs on this machine and the job API behaves the same:
+states, logs, cancellation, no duplicates, and a record that survives a kernel restart."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from workshop.config import ConfigError
+from workshop.slurm import Job, JobState, local_backend, submit
+from workshop.slurm.cli import logs_main, status_main
+
+
+def site(tmp_path: Path, name: str, extra: str = "") -> Path:
+    """A local profile for tests; `extra` adds TOML tables."""
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"""
+name = "{name}"
+backend = "local"
+[slurm.partitions.cpu]
+cpus_per_proc = 1
+[env]
+python_env = "current"
+{extra}
+[run]
+model = "tiny"
+device = "cpu"
+""")
+    return path
+
+
+def live_processes_in_group(pgid: int) -> list[str]:
+    """Processes of a process group that still run (a zombie leader has ended: it only awaits reaping)."""
+    rows = [line.split() for line in os.popen("ps -e -o pid=,pgid=,stat=,comm=").read().splitlines()]
+    return [" ".join(r) for r in rows if len(r) >= 3 and r[1] == str(pgid) and not r[2].startswith("Z")]
+
+
+def forget_children() -> None:
+    """What a kernel restart does: the new kernel holds no handle on the job's process."""
+    local_backend._children.clear()
+
+
+def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SLURM_JOB_ID", "999")             # as inside an Open OnDemand job
+    monkeypatch.setenv("SBATCH_PARTITION", "notebooks")
+    jobs = tmp_path / "jobs"
+    t0 = time.monotonic()
+    job = submit("bandwidth", profile="local", overrides={"procs_per_node": 1, "sharding": "none"}, jobs_dir=jobs)
+    assert job.job_id.startswith("local-")
+    assert job.state() in (JobState.RUNNING, JobState.COMPLETED)
+    assert job.wait(timeout=120, poll=0.2) is JobState.COMPLETED, job.tail()
+    print(f"local bandwidth job: submit -> COMPLETED in {time.monotonic() - t0:.1f} s")
+    log = job.tail(100)
+    assert f"[job] id {job.job_id} name workshop-bandwidth nodes 1: " in log     # not the notebook's 999
+    assert "# Avg bus bandwidth" in log and "[job] end" in log
+    files = {p.name for p in job.job_dir.iterdir()}
+    assert {"job.sh", "config.json", "job.json", f"slurm-{job.job_id}.out"} <= files
+    assert json.loads((job.job_dir / "config.json").read_text())["output_dir"] == str(job.run_dir)
+
+    again = submit("bandwidth", profile="local", overrides={"procs_per_node": 1, "sharding": "none"}, jobs_dir=jobs)
+    assert again.job_id == job.job_id and len(list(jobs.iterdir())) == 1 + 1   # the job folder + .local-ids
+
+    forget_children()
+    by_dir, by_id = Job.load(job.job_dir), Job.load(job.job_id, jobs)
+    assert by_dir.state() is by_id.state() is JobState.COMPLETED
+    assert json.loads((job.job_dir / "job.json").read_text())["state"] == "COMPLETED"
+
+    assert status_main([job.job_id, "--jobs-dir", str(jobs)]) == 0
+    assert logs_main([str(job.job_dir), "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "COMPLETED" in out and "[job] end" in out
+
+    redo = submit("bandwidth", profile="local", overrides={"procs_per_node": 1, "sharding": "none"},
+                  jobs_dir=jobs, resubmit=True)
+    assert redo.job_id != job.job_id and redo.job_dir == job.job_dir
+    assert redo.record.history[0]["job_id"] == job.job_id
+    assert redo.wait(timeout=120, poll=0.2) is JobState.COMPLETED
+
+
+def test_failing_job_is_failed_with_the_reason(tmp_path):
+    prof = site(tmp_path, "strict", "[bandwidth]\nmin_busbw_gbps = 1000000.0")
+    job = submit("bandwidth", profile=prof, overrides={"procs_per_node": 1, "sharding": "none"},
+                 jobs_dir=tmp_path / "jobs")
+    assert job.wait(timeout=120, poll=0.2) is JobState.FAILED
+    assert job.record.exit_code == 1
+    assert job.reason.startswith("exit code 1")
+    assert "below the site's minimum 1e+06 GB/s" in job.tail(40)
+
+
+def test_long_job_is_cancelled_with_all_its_processes(tmp_path):
+    prof = site(tmp_path, "slow", "")
+    text = prof.read_text().replace('python_env = "current"', 'python_env = "current"\nsetup = ["sleep 300 & wait"]')
+    prof.write_text(text)
+    job = submit("baseline", profile=prof, jobs_dir=tmp_path / "jobs")
+    deadline = time.monotonic() + 10
+    while not any("sleep" in p for p in live_processes_in_group(job.record.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.state() is JobState.RUNNING
+    forget_children()                                     # cancel from a "restarted kernel"
+    reloaded = Job.load(job.job_dir)
+    assert reloaded.state() is JobState.RUNNING
+    assert reloaded.cancel() is JobState.CANCELLED
+    time.sleep(0.3)
+    assert live_processes_in_group(job.record.pid) == []       # bash, and the sleep it started, are gone
+    assert Job.load(job.job_dir).state() is JobState.CANCELLED
+
+
+def test_bad_config_is_refused_before_anything_is_written(tmp_path):
+    jobs = tmp_path / "jobs"
+    with pytest.raises(ConfigError, match="batch_size"):
+        submit("baseline", profile="local", overrides={"batch_size": 0}, jobs_dir=jobs)
+    with pytest.raises(ConfigError, match="local backend runs on this one machine"):
+        submit("multi_node", profile="local", jobs_dir=jobs)
+    assert not jobs.exists()
