@@ -24,6 +24,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 WANDB_MODES = ("disabled", "offline", "online")
 DEVICES = ("auto", "cpu", "cuda")
 DATASETS = ("fixture", "squad")
+EVAL_SPLITS = ("dev", "train")
 
 # FSDP1 spellings students meet in older tutorials, mapped to what this course runs (FSDP2).
 FSDP1_ALIASES = {
@@ -72,6 +73,8 @@ class RunConfig:
                          default="fixture")
     train_size: int = _help("number of training examples (taken from the start of the split)", default=48)
     eval_size: int = _help("number of evaluation examples", default=15)
+    eval_split: str = _help("dev (held-out paragraphs) or train (measures memorisation: does training work?)",
+                            default="dev")
     max_length: int = _help("longest tokenized example; longer prompts are truncated from the context",
                             default=256)
     batch_size: int = _help("per-device (per-process) batch size", default=4)
@@ -164,6 +167,7 @@ class RunConfig:
         _choice("wandb", self.wandb, WANDB_MODES)
         _choice("device", self.device, DEVICES)
         _choice("dataset", self.dataset, DATASETS)
+        _choice("eval_split", self.eval_split, EVAL_SPLITS)
         if self.sharding not in SHARDINGS:
             raise ConfigError("sharding", f"unknown strategy {self.sharding!r}",
                               f"choose one of {', '.join(SHARDINGS)} (FSDP1 names such as FULL_SHARD "
@@ -270,7 +274,7 @@ def coerce(name: str, value: Any) -> Any:
         text = str(value).strip()
         if name == "sharding":
             text = FSDP1_ALIASES.get(text.lower().replace("-", "_"), text.lower().replace("-", "_"))
-        if name in ("precision", "wandb", "device", "dataset"):
+        if name in ("precision", "wandb", "device", "dataset", "eval_split"):
             text = text.lower()
         return text
     except ValueError:

@@ -136,7 +136,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     model = models.build_model(cfg.model, tok, cfg.seed)
     n_params = models.count_parameters(model)
     train_ex = data.load_examples(cfg.dataset, "train", cfg.train_size)
-    eval_ex = data.load_examples(cfg.dataset, "dev", cfg.eval_size)
+    eval_ex = data.load_examples(cfg.dataset, cfg.eval_split, cfg.eval_size)
     train_ds = data.EncodedDataset(tok, train_ex, cfg.max_length)
     eval_ds = data.EncodedDataset(tok, eval_ex, cfg.max_length)
 

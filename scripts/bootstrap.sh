@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create (or refresh) the project's virtual environment in .venv with the pinned versions.
+# Idempotent: a second run with an unchanged pyproject.toml returns at once.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ -f "$stamp" ]; then exit 0; fi
+if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "bootstrap: Python >= 3.11 is needed (found $("$PY" --version 2>&1)); set PYTHON=/path/to/python3.11" >&2
+  exit 1
+fi
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+echo "bootstrap: installing the pinned environment into .venv (about 2 minutes the first time)"
+.venv/bin/python -m pip install -q --upgrade pip
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build onto a CPU machine.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]"
+rm -f .venv/.installed-*
+touch "$stamp"
+echo "bootstrap: done ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"

@@ -1,0 +1,87 @@
+"""Real training runs for the tests: torchrun subprocesses on gloo, each configuration run once.
+
+A run is keyed by its flags, so several tests that need "FULL_SHARD at 2 ranks" share one run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+# Small but real: 2 epochs over 24 fixture examples, no generation unless a test asks for it. The
+# learning rate is high enough that the loss moves far beyond the tests' tolerance (else "equal
+# losses" would prove nothing).
+BASE_FLAGS = ["--train-size", "24", "--eval-size", "8", "--epochs", "2", "--learning-rate", "3e-3",
+              "--no-eval-generate"]
+
+
+@dataclass
+class Run:
+    out_dir: Path
+    log: str
+    returncode: int
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        path = self.out_dir / "summary.json"
+        assert path.is_file(), f"run failed (rc={self.returncode}); log tail:\n{self.log[-3000:]}"
+        return json.loads(path.read_text())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "WORKSHOP_"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, timeout: float = 300) -> Run:
+    """Launch `workshop.train` like a job would: one torchrun per node, c10d rendezvous on 127.0.0.1."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    train_flags = [*BASE_FLAGS, *flags, "--output-dir", str(out_dir), "--nodes", str(nnodes),
+                   "--procs-per-node", str(nproc)]
+    port = free_port()
+    if nnodes == 1:
+        launchers = [[*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
+                      "--master-port", str(port), "-m", "workshop.train", *train_flags]]
+    else:
+        launchers = [[*TORCHRUN, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
+                      "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
+                      "-m", "workshop.train", *train_flags] for _ in range(nnodes)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
+             for cmd in launchers]
+    logs, codes = [], []
+    for p in procs:
+        out, _ = p.communicate(timeout=timeout)
+        logs.append(out)
+        codes.append(p.returncode)
+    log = "\n".join(logs)
+    (out_dir / "job.log").write_text(log)
+    return Run(out_dir, log, max(codes))
+
+
+class RunCache:
+    """One run per distinct (flags, nproc, nnodes) for the whole test session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.runs: dict[tuple, Run] = {}
+
+    def get(self, *flags: str, nproc: int = 1, nnodes: int = 1) -> Run:
+        key = (flags, nproc, nnodes)
+        if key not in self.runs:
+            name = f"run{len(self.runs)}-n{nnodes}x{nproc}"
+            self.runs[key] = train(self.root / name, list(flags), nproc=nproc, nnodes=nnodes)
+        return self.runs[key]
