@@ -69,6 +69,14 @@ def test_bandwidth_gate_failure() -> None:
     assert [f.kind for f in diagnose(parse_text(text))] == ["bandwidth_gate"]
 
 
+def test_real_bandwidth_gate_failure_is_one_finding() -> None:
+    (f,) = diagnose(LOGS / "real_bandwidth_gate_failed_2proc.log")  # not also a ChildFailedError traceback
+    assert f.kind == "bandwidth_gate" and "NCCL_SOCKET_IFNAME" in f.fix
+    missing_node = parse_text("# FAILED: expected 2 node(s), but the ranks ran on 1 host(s) (n1)\n")
+    assert "--nnodes" in diagnose(missing_node)[0].fix
+    assert diagnose(LOGS / "real_bandwidth_pass_2proc.log") == []
+
+
 def test_successful_runs_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
     assert diagnose(REAL_LOG) == [] and diagnose(REAL_RUN) == []
     assert main([str(REAL_LOG)]) == 0

@@ -78,6 +78,14 @@ def test_nccl_tests_table_with_in_place_columns() -> None:
     assert bw.max_busbw_gbps == 26.34
 
 
+def test_real_bandwidth_self_test_logs() -> None:
+    ok = parse_log(LOGS / "real_bandwidth_pass_2proc.log").bandwidth
+    assert ok.passed is True and ok.failures == [] and ok.n_ranks == 2 and ok.n_nodes == 1
+    assert len(ok.rows) == 9 and ok.rows[0].inplace_time_us is not None and ok.avg_busbw_gbps == 0.07
+    bad = parse_log(LOGS / "real_bandwidth_gate_failed_2proc.log").bandwidth
+    assert bad.passed is False and "below the site's minimum 1000 GB/s" in bad.failures[0]
+
+
 def test_our_bandwidth_table_out_of_place_only_and_na() -> None:
     text = ("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n"
             "  1048576  262144  float  sum  -1  100.0  10.49  15.73  N/A\n"

@@ -188,18 +188,31 @@ def hub_offline(log: ParsedLog) -> list[Finding]:
                     "shared HF_HOME, or use model=bloom-560m-random / tiny, which need no Hub", "hub_offline")]
 
 
-_GATE = re.compile(r"(?:bandwidth|busbw|bus bw).*(?:FAIL|below|too low|under)|(?:FAIL|below).*(?:GB/s|bandwidth)",
-                   re.I)
+_GATE = re.compile(r"(?:bus ?bandwidth|busbw).*(?:below|too low)|(?:below|too low).*(?:GB/s|bandwidth)", re.I)
 
 
 def bandwidth_gate(log: ParsedLog) -> list[Finding]:
-    hits = [ln for ln in log.lines if _GATE.search(ln.text)]
-    if not hits:
-        return []
-    return [Finding("The bandwidth self-test is below its threshold: the job would run, but slowly",
-                    [h.text for h in hits[:2]],
-                    "check that NCCL uses the fast network (NCCL_SOCKET_IFNAME / NCCL_IB_HCA in the env file) and "
-                    "report the nodes to the cluster staff if it persists", "bandwidth_gate")]
+    """`workshop bandwidth` ends with `# FAILED: <why>` lines (wrong values, missing node, slow network)."""
+    bw = log.bandwidth
+    failures = list(bw.failures) if bw else []
+    if not failures:
+        failures = [ln.text for ln in log.lines if _GATE.search(ln.text)][:2]
+    out = []
+    for msg in failures:
+        low = msg.lower()
+        if "wrong values" in low:
+            title, fix = ("all_reduce returned wrong values: the collective itself is broken",
+                          "rerun on other nodes (#SBATCH --exclude) and send the log and node list to the cluster staff")
+        elif "node" in low and "expected" in low:
+            title, fix = ("Not every node joined the bandwidth test",
+                          "launch one torchrun per node (srun --ntasks-per-node=1) with --nnodes equal to "
+                          "#SBATCH --nodes")
+        else:
+            title, fix = ("The bandwidth self-test is below its threshold: training would run, but slowly",
+                          "check that NCCL uses the fast network (NCCL_SOCKET_IFNAME / NCCL_IB_HCA in the env "
+                          "file); if it persists, report the node list to the cluster staff")
+        out.append(Finding(title, [msg], fix, "bandwidth_gate"))
+    return out
 
 
 _TB_START = re.compile(r"^Traceback \(most recent call last\):")
@@ -285,7 +298,7 @@ def diagnose(log: ParsedLog | str | Path) -> list[Finding]:
 
 def _bandwidth_ok(log: ParsedLog) -> bool:
     bw = log.bandwidth
-    return bw is not None and bool(bw.rows) and bw.avg_busbw_gbps is not None
+    return bw is not None and bool(bw.rows) and bw.avg_busbw_gbps is not None and bw.passed is not False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -299,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     findings = diagnose(path)
     if not findings:
-        print(f"{path}: the run finished; nothing to fix.")
+        print(f"{path}: the log shows success; nothing to fix.")
         return 0
     print(f"{path}: {len(findings)} finding(s)")
     for f in findings:

@@ -104,6 +104,9 @@ class Bandwidth:
     avg_busbw_gbps: float | None = None
     n_ranks: int | None = None
     hosts: list[str] = field(default_factory=list)
+    n_nodes: int | None = None  # from our `# Hosts : N (...)` line
+    failures: list[str] = field(default_factory=list)  # our `# FAILED: ...` gate lines
+    passed: bool | None = None  # our `# PASSED` line (None: the log does not say)
 
     @property
     def max_busbw_gbps(self) -> float | None:
@@ -199,6 +202,8 @@ _NUM = re.compile(r"[-+]?\d[\d,_]*\.?\d*(?:[eE][-+]?\d+)?")
 _BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)((?:\s+(?:[-+]?[\d.]+(?:e[-+]?\d+)?|N/A))+)\s*$")
 _BW_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:e[-+]?\d+)?|nan)", re.I)
 _BW_DEV = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
+_BW_HOSTS = re.compile(r"#\s*Hosts\s*:\s*(\d+)\s*\(.*?\),\s*(\d+) ranks")
+_BW_VERDICT = re.compile(r"#\s*(FAILED|PASSED)\b:?\s*(.*)")
 _BW_NGPUS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
 _SLURM_CANCEL = re.compile(r"\*\*\*\s*(JOB|STEP)\s+([\w.]+)\s+ON\s+(\S+)\s+CANCELLED AT\s+(\S+)(.*?)(?:\*\*\*|$)",
                            re.I)
@@ -421,6 +426,19 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
             if m:
                 bw_hosts[int(m.group(1))] = m.group(2)
                 continue
+            m = _BW_HOSTS.search(t)
+            if m:
+                bw.n_nodes, bw.n_ranks = int(m.group(1)), int(m.group(2))
+                continue
+            m = _BW_VERDICT.match(t.strip())
+            if m:
+                if m.group(1) == "PASSED":
+                    bw.passed = bw.passed if bw.passed is False else True
+                else:
+                    bw.passed = False
+                    if m.group(2) and m.group(2) not in bw.failures:
+                        bw.failures.append(m.group(2))
+                continue
             m = _BW_NGPUS.search(t)
             if m:
                 bw.n_ranks = int(m.group(1)) * int(m.group(2))
@@ -436,10 +454,11 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
             ev = _slurm_event(line)
             if ev is not None and once(("slurm", ev.kind, ev.job_id, ev.node, ev.reason, ev.text)):
                 log.slurm.append(ev)
-    if bw.rows or bw.avg_busbw_gbps is not None:
+    if bw.rows or bw.avg_busbw_gbps is not None or bw.failures:
         if bw_hosts:
             bw.hosts = [bw_hosts[r] for r in sorted(bw_hosts)]
             bw.n_ranks = max(bw.n_ranks or 0, len(bw_hosts))
+            bw.n_nodes = bw.n_nodes or len(set(bw.hosts))
         log.bandwidth = bw
     log.missing = _missing(log)
     return log
