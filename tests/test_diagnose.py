@@ -99,3 +99,9 @@ def test_missing_file_exits_2() -> None:
 @given(st.text(max_size=500))
 def test_diagnose_never_crashes(text: str) -> None:
     diagnose(parse_text("Traceback (most recent call last):\n" + text))
+
+
+@pytest.mark.slow
+def test_a_real_run_diagnoses_clean(runs) -> None:  # noqa: ANN001
+    run = runs.get("--sharding", "full_shard", nproc=2)
+    assert diagnose(run.out_dir) == [] and main([str(run.out_dir / "job.log")]) == 0

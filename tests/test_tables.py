@@ -118,3 +118,27 @@ def test_cli_steps_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert tables.main(["--step", "multinode", str(REAL_RUN), str(LOGS / "nccl_tests_all_reduce_perf.log")]) == 0
     assert "avg_busbw_gbps" in capsys.readouterr().out
     assert tables.main(["--step", "scaling", str(REAL_RUN), str(REAL_LOG)]) == 0
+
+
+def test_multinode_matches_our_bandwidth_test_by_rank_count() -> None:
+    runs = [run("two", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0)]
+    df = tables.multinode_table(runs, [LOGS / "real_bandwidth_pass_2proc.log"], predicted_mem_mb=False)
+    assert df.loc["two", "avg_busbw_gbps"] == 0.07
+
+
+@pytest.mark.slow
+def test_tables_from_real_runs_in_this_session(runs) -> None:  # noqa: ANN001
+    """The shared real runs (made by tests/runs.py): one node x 2 and two nodes x 1, full_shard."""
+    one = runs.get("--sharding", "full_shard", nproc=2)
+    two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
+    base = tables.baseline_table([one.out_dir]).iloc[0]
+    assert base["final_train_loss"] == one.summary["train_loss"]
+    # Two torchruns' output in one log: every record counted once.
+    from workshop.logs import parse_text as parse
+
+    log = parse(two.log)
+    assert len(log.eval_metrics) == len(two.summary["eval_losses"])
+    assert [m.step for m in log.train_metrics] == sorted({m.step for m in log.train_metrics})
+    df = tables.multinode_table([one.out_dir, two.out_dir], [], predicted_mem_mb=True)
+    assert list(df["nodes"]) == [1, 2] and list(df["world_size"]) == [2, 2]
+    assert not df["predicted_mem_mb"].isna().any()

@@ -282,6 +282,16 @@ RULES: tuple[Rule, ...] = (cuda_oom, host_oom, nccl, rendezvous, slurm, hub_offl
 def diagnose(log: ParsedLog | str | Path) -> list[Finding]:
     """Every cause found in the log, most specific first."""
     parsed = load(log)
+    if parsed.run_args is None and parsed.source != "<text>":
+        # A log saved inside its run folder: the config there gives e.g. the batch size to halve.
+        sibling = Path(parsed.source).parent / "run_args.json"
+        if Path(parsed.source).is_file() and sibling.is_file():
+            import json
+
+            try:
+                parsed.run_args = json.loads(sibling.read_text())
+            except ValueError:
+                pass
     found: list[Finding] = []
     for rule in RULES:
         found += rule(parsed)

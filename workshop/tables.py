@@ -257,6 +257,7 @@ def multinode_table(runs: Iterable[RunLike], bandwidth: Iterable[RunLike] = (),
     notes = list(df.attrs.get("notes", []))
     bws = [load(b) for b in bandwidth]
     by_world: dict[int, tuple[float, float]] = {}
+    by_nodes: dict[int, tuple[float, float]] = {}
     unsized: list[tuple[float, float]] = []
     for b in bws:
         bw = b.bandwidth
@@ -266,11 +267,17 @@ def multinode_table(runs: Iterable[RunLike], bandwidth: Iterable[RunLike] = (),
         vals = (_num(bw.avg_busbw_gbps), _num(bw.max_busbw_gbps))
         if bw.n_ranks:
             by_world[bw.n_ranks] = vals
-        else:
+        if bw.n_nodes:
+            by_nodes.setdefault(bw.n_nodes, vals)
+        if not bw.n_ranks and not bw.n_nodes:
             unsized.append(vals)
     avg, peak = [], []
-    for w in df["world_size"]:
+    for w, n in zip(df["world_size"], df["nodes"]):
         v = by_world.get(int(w)) if not math.isnan(w) else None
+        if v is None and not math.isnan(n) and int(n) in by_nodes:
+            v = by_nodes[int(n)]
+            notes.append(f"bus bandwidth for world size {w:.0f} is from a test on the same {n:.0f} node(s), "
+                         "not the same rank count")
         if v is None and len(unsized) == 1:
             v = unsized[0]
         avg.append(v[0] if v else NaN)
