@@ -18,7 +18,7 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # Small but real: 2 epochs over 24 fixture examples, no generation unless a test asks for it. The
 # learning rate is high enough that the loss moves far beyond the tests' tolerance (else "equal
 # losses" would prove nothing).
-BASE_FLAGS = ["--train-size", "24", "--eval-size", "8", "--epochs", "2", "--learning-rate", "3e-3",
+BASE_FLAGS = ["--train-size", "24", "--eval-size", "8", "--epochs", "2", "--batch-size", "2", "--learning-rate", "5e-3",
               "--no-eval-generate"]
 
 
