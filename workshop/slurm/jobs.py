@@ -25,6 +25,7 @@ from workshop.slurm.steps import check_fits, get_step, step_config
 
 STEP_LINE = re.compile(r"\[workshop\] step (\d+)/(\d+)")
 # "[rank0]: workshop.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(error: .+)")   # workshop.train's one-line ConfigError
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Mismatch|Interrupt)): (.+)")
 
 
@@ -109,8 +110,7 @@ class Job:
             if self.record.backend == "local":
                 local_backend.cancel(self.record)
             else:
-                slurm_backend.cancel(self.record)
-                slurm_backend.POLLER.status(self.job_id)   # let the next poll see it
+                slurm_backend.cancel(self.record)      # the next poll sees CANCELLED
         return self.state()
 
     # -------------------------------------------------------------- outputs
@@ -141,6 +141,9 @@ class Job:
             m = EXCEPTION_LINE.match(line.strip())
             if m and "ChildFailedError" not in m.group(1):
                 return f"{m.group(1)}: {m.group(2)}"[:300]
+            m = ERROR_LINE.match(line.strip())
+            if m:
+                return m.group(1)[:300]
         for line in reversed(lines):
             if "slurmstepd: error:" in line or "oom-kill" in line.lower():
                 return line.strip()[:300]

@@ -74,6 +74,15 @@ def _exit_reason(state: JobState, exit_code: str, slurm_reason: str) -> tuple[st
     return ("" if slurm_reason in ("None", "") else slurm_reason), rc
 
 
+def _user(uid: str) -> str:
+    """sacct says "CANCELLED by 1001": name the user."""
+    import pwd
+    try:
+        return pwd.getpwuid(int(uid)).pw_name
+    except (ValueError, KeyError):
+        return uid
+
+
 class Poller:
     """One Slurm query per interval for every job this kernel watches (thread-safe)."""
 
@@ -150,8 +159,8 @@ class Poller:
             word = raw_state.split()[0] if raw_state.split() else ""
             state = SLURM_STATES.get(word, JobState.FAILED)
             why, rc = _exit_reason(state, exit_code, reason)
-            if state is JobState.CANCELLED and "by" in raw_state:
-                why = raw_state.lower().replace("cancelled", "cancelled").strip()
+            if state is JobState.CANCELLED and " by " in raw_state:
+                why = f"cancelled by {_user(raw_state.split(' by ', 1)[1].strip())}"
             if word not in SLURM_STATES:
                 why = f"Slurm state {raw_state}"
             found[job_id] = (state, why, rc, "" if nodes in ("None assigned", "(null)") else nodes)

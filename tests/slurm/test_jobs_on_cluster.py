@@ -1,0 +1,162 @@
+"""The course's jobs on a real two-node Slurm cluster (tests/slurm/cluster.sh): what a student
+submits from the notebook ends in the state Slurm reports, with the results in the job folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workshop.profiles import PROFILES_DIR
+from workshop.slurm import Job, JobState, slurm_backend, submit
+
+pytestmark = pytest.mark.slurm
+
+TINY = {"train_size": 16, "eval_size": 8, "epochs": 1, "eval_generate": False, "batch_size": 4}
+WORKSHOP = str(Path(sys.executable).parent / "workshop")
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster):
+    """The cluster, this process pointed at it, and a poller fast enough for tests."""
+    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
+    os.environ.update(slurm_cluster.env)
+    old = slurm_backend.MIN_POLL_INTERVAL
+    slurm_backend.MIN_POLL_INTERVAL = 0.5
+    yield slurm_cluster
+    slurm_backend.MIN_POLL_INTERVAL = old
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    for name, secs in TIMINGS.items():
+        print(f"submit -> final state: {name}: {secs:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def jobs_dir(cluster, tmp_path_factory):
+    """Job folders on the cluster's shared directory (root and `student` can both write there)."""
+    path = cluster.shared / f"jobs-{os.getpid()}-{int(time.time())}"
+    path.mkdir(mode=0o1777)
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def run_to_end(name: str, job: Job, timeout: float = 240) -> JobState:
+    t0 = time.monotonic()
+    state = job.wait(timeout=timeout, poll=0.5)
+    TIMINGS[name] = time.monotonic() - t0
+    return state
+
+
+@pytest.fixture(scope="module")
+def baseline(cluster, jobs_dir):
+    job = submit("baseline", profile="ci", overrides=TINY, jobs_dir=jobs_dir)
+    state = run_to_end("baseline", job)
+    return job, state
+
+
+def test_baseline_completes_with_a_summary(baseline, cluster):
+    job, state = baseline
+    assert state is JobState.COMPLETED, job.tail(40)
+    summary = job.summary()
+    assert summary is not None and summary["status"] == "completed"
+    assert summary["world_size"] == 1 and summary["sharding_requested"] == "none"
+    assert cluster.job_record(job.job_id)["State"] == "COMPLETED"
+    assert "[workshop] step" in job.tail(200) and job.progress() is not None
+    again = submit("baseline", profile="ci", overrides=TINY, jobs_dir=job.job_dir.parent)
+    assert again.job_id == job.job_id                     # the same cell run twice: no second job
+
+
+@pytest.fixture(scope="module")
+def two_gpus(cluster, jobs_dir):
+    job = submit("multi_gpu", profile="ci", overrides={**TINY, "procs_per_node": 2, "sharding": "full_shard"},
+                 jobs_dir=jobs_dir)
+    return job, run_to_end("multi_gpu 2 procs", job)
+
+
+def test_fsdp_on_two_fake_gpus_of_one_node_shards_over_two_processes(two_gpus, cluster):
+    job, state = two_gpus
+    assert state is JobState.COMPLETED, job.tail(40)
+    summary = job.summary()
+    assert summary["world_size"] == 2 and summary["sharding_applied"] == "full_shard"
+    assert len(set(summary["hosts"])) == 1
+    assert "gres/gpu=2" in cluster.job_record(job.job_id)["AllocTRES"]
+
+
+def test_fsdp_across_two_nodes_runs_on_n1_and_n2_and_matches_one_node(two_gpus, cluster, jobs_dir):
+    job = submit("multi_node", profile="ci", overrides={**TINY, "nodes": 2, "procs_per_node": 1},
+                 jobs_dir=jobs_dir)
+    state = run_to_end("multi_node 2x1", job)
+    assert state is JobState.COMPLETED, job.tail(60)
+    log = job.tail(400)
+    assert "[job] rendezvous n1:" in log
+    summary = job.summary()
+    assert sorted(summary["hosts"]) == ["n1", "n2"] and summary["world_size"] == 2
+    assert cluster.job_record(job.job_id)["NodeList"] == "n[1-2]"
+    # the ranks train one model: same losses as the same 2-process job on one node
+    one_node = two_gpus[0].summary()
+    assert summary["eval_losses"] == pytest.approx(one_node["eval_losses"], rel=1e-5)
+    assert summary["train_loss"] == pytest.approx(one_node["train_loss"], rel=1e-5)
+
+
+def test_bandwidth_across_two_nodes(cluster, jobs_dir):
+    job = submit("bandwidth", profile="ci", jobs_dir=jobs_dir)
+    state = run_to_end("bandwidth 2 nodes", job)
+    assert state is JobState.COMPLETED, job.tail(40)
+    log = job.tail(60)
+    assert "# Hosts                : 2 (n1, n2), 2 ranks, backend gloo" in log
+    assert "# Out of bounds values : 0 OK" in log and "# PASSED" in log
+
+
+def test_config_error_inside_the_job_is_failed_with_the_reason(cluster, jobs_dir):
+    # fp16 is a valid config, but not on a node without CUDA: only the job itself can find out
+    job = submit("baseline", profile="ci", overrides={**TINY, "precision": "fp16"}, jobs_dir=jobs_dir)
+    state = run_to_end("fp16 on CPU (fails)", job)
+    assert state is JobState.FAILED, job.tail(40)
+    assert job.reason.startswith("exit code")
+    assert "fp16" in job.reason, job.reason
+    assert cluster.job_record(job.job_id)["State"] == "FAILED"
+
+
+def test_cancelled_job(cluster, jobs_dir, tmp_path):
+    slow = tmp_path / "ci-slow.toml"
+    slow.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
+        'python_env = "current"', 'python_env = "current"\nsetup = ["sleep 300"]'))
+    job = submit("baseline", profile=slow, overrides=TINY, jobs_dir=jobs_dir)
+    cluster.wait_running(job.job_id)
+    t0 = time.monotonic()
+    assert job.cancel() in (JobState.PENDING, JobState.RUNNING, JobState.CANCELLED)  # Slurm may lag a poll
+    assert run_to_end("cancel", job, timeout=60) is JobState.CANCELLED
+    TIMINGS["cancel"] = time.monotonic() - t0
+    assert Job.load(job.job_dir).state() is JobState.CANCELLED
+    assert cluster.job_record(job.job_id)["State"].startswith("CANCELLED")
+
+
+def test_student_submits_from_the_command_line(cluster, jobs_dir):
+    t0 = time.monotonic()
+    sets = [arg for k, v in TINY.items() for arg in ("--set", f"{k}={v}")]
+    proc = cluster.run(WORKSHOP, "submit", "baseline", "--profile", "ci", *sets, "--name", "student-baseline",
+                       "--jobs-dir", str(jobs_dir / "student"), "--wait", user="student", timeout=300)
+    TIMINGS["student baseline (CLI, --wait)"] = time.monotonic() - t0
+    job_id, job_dir = proc.stdout.splitlines()[0].split(" ", 1)
+    assert "COMPLETED" in proc.stdout
+    assert cluster.job_record(job_id)["User"] == "student"
+    assert Path(job_dir).stat().st_uid == int(cluster.run("id", "-u", "student").stdout)
+    assert json.loads((Path(job_dir) / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_local_backend_gives_the_cluster_job_s_losses(baseline, tmp_path):
+    job = submit("baseline", profile="local", overrides=TINY, jobs_dir=tmp_path / "jobs")
+    assert run_to_end("baseline (local backend)", job) is JobState.COMPLETED, job.tail(40)
+    here, there = job.summary(), baseline[0].summary()
+    assert here["train_loss"] == pytest.approx(there["train_loss"], rel=1e-6)
+    assert here["eval_losses"] == pytest.approx(there["eval_losses"], rel=1e-6)
