@@ -160,3 +160,31 @@ def test_local_backend_gives_the_cluster_job_s_losses(baseline, tmp_path):
     here, there = job.summary(), baseline[0].summary()
     assert here["train_loss"] == pytest.approx(there["train_loss"], rel=1e-6)
     assert here["eval_losses"] == pytest.approx(there["eval_losses"], rel=1e-6)
+
+
+def test_many_watched_jobs_share_one_rate_limited_poll_and_ignore_the_notebook_s_slurm_job(
+        cluster, jobs_dir, tmp_path, monkeypatch):
+    # a notebook under Open OnDemand runs inside a Slurm job: its variables must not reach sbatch
+    monkeypatch.setenv("SLURM_JOB_ID", "999999")
+    monkeypatch.setenv("SLURM_MEM_PER_NODE", "999999999")
+    monkeypatch.setenv("SBATCH_PARTITION", "no-such-partition")
+    monkeypatch.setenv("SQUEUE_FORMAT", "%i")
+    monkeypatch.setattr(slurm_backend, "MIN_POLL_INTERVAL", 1.0)
+    slow = tmp_path / "ci-slow.toml"
+    slow.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
+        'python_env = "current"', 'python_env = "current"\nsetup = ["sleep 300"]'))
+    jobs = [submit("baseline", profile=slow, overrides={**TINY, "seed": s}, jobs_dir=jobs_dir) for s in range(3)]
+    calls: list[float] = []
+    real_run = slurm_backend.run
+    monkeypatch.setattr(slurm_backend, "run", lambda cmd, cwd=None: (calls.append(time.monotonic()), real_run(cmd, cwd))[1])
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 4:
+        states = [j.state() for j in jobs]                # three jobs, polled as fast as a loop can
+    assert len(calls) <= 5, calls                         # at most one Slurm call per second
+    assert all(b - a >= 0.99 for a, b in zip(calls, calls[1:]))
+    assert set(states) <= {JobState.PENDING, JobState.RUNNING}
+    for j in jobs:
+        assert cluster.job_record(j.job_id, "JobID,Partition,AllocNodes")["Partition"] == "debug"
+        j.cancel()
+    for j in jobs:
+        assert j.wait(timeout=30, poll=0.2) is JobState.CANCELLED
