@@ -26,7 +26,6 @@ def _load(args: argparse.Namespace):
 
 def _guard(func):
     def wrapped(argv: list[str]) -> int:
-        from workshop.slurm.slurm_backend import SlurmError
         try:
             return func(argv)
         except (ConfigError, ProfileError) as e:
@@ -35,7 +34,7 @@ def _guard(func):
         except FileNotFoundError as e:
             print(f"workshop: {e}", file=sys.stderr)
             return 2
-        except SlurmError as e:
+        except RuntimeError as e:        # SlurmError, or a resubmit of a job that still runs
             print(f"workshop: {e}", file=sys.stderr)
             return 1
     wrapped.__doc__ = func.__doc__

@@ -83,6 +83,8 @@ class Job:
         if rec.backend == "local":
             result = local_backend.status(rec)
         else:
+            if self.tail(1).startswith("[job] end"):
+                slurm_backend.POLLER.hurry()
             result = slurm_backend.status(rec)
         if result is None:      # Slurm does not know it yet (accounting lags a second behind sbatch)
             return rec.job_state
@@ -185,6 +187,9 @@ def submit(step: str, config: RunConfig | None = None, profile: str | Path | Pro
             old = JobRecord.load(job_dir)
             if not resubmit:
                 return Job(old)
+            if not Job(old).state().finished:
+                raise RuntimeError(f"job {old.job_id} in {job_dir} is still {old.state}: cancel it first "
+                                   "(job.cancel() or `workshop cancel`), or wait for it, then resubmit")
             history = old.history + [{"job_id": old.job_id, "state": old.state, "submitted_at": old.submitted_at}]
             if old.run_dir.exists():
                 shutil.move(str(old.run_dir), str(job_dir / f"run-{old.job_id}"))

@@ -18,7 +18,7 @@ from workshop.slurm.records import SLURM_STATES, JobRecord, JobState
 # The poller asks Slurm at most once per MIN_POLL_INTERVAL seconds per kernel, however many jobs
 # are watched, and backs off towards MAX_POLL_INTERVAL while nothing changes. Tests lower these.
 MIN_POLL_INTERVAL = 10.0
-MAX_POLL_INTERVAL = 60.0
+MAX_POLL_INTERVAL = 30.0
 COMMAND_TIMEOUT = 30.0
 
 _SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_", "SCANCEL_", "SINFO_")
@@ -105,11 +105,8 @@ class Poller:
             interval = max(self._interval, MIN_POLL_INTERVAL)
             if job_id in self._cache and time.monotonic() - self._last_call < interval:
                 return self._cache[job_id]
-            wait = self._last_call + MIN_POLL_INTERVAL - time.monotonic()
-            if wait > 0 and job_id in self._cache:
-                return self._cache[job_id]
-            if wait > 0:       # a job we have never seen: wait for the next slot, never exceed the rate
-                time.sleep(wait)
+            if time.monotonic() - self._last_call < MIN_POLL_INTERVAL:
+                return self._cache.get(job_id)     # never seen yet: unknown until the next slot
             ids = sorted(i for i in self._watched
                          if i not in self._cache or not self._cache[i][0].finished)
             before = {i: self._cache.get(i, (None,))[0] for i in ids}
@@ -122,6 +119,11 @@ class Poller:
             self._interval = MIN_POLL_INTERVAL if changed else min(
                 max(self._interval, MIN_POLL_INTERVAL) * 1.5, MAX_POLL_INTERVAL)
             return self._cache.get(job_id)
+
+    def hurry(self) -> None:
+        """Drop the back-off (a log just said the job ended); the minimum interval still holds."""
+        with self._lock:
+            self._interval = 0.0
 
     def _query(self, ids: list[str]) -> dict[str, tuple[JobState, str, int | None, str]]:
         if not ids:
