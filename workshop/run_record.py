@@ -17,6 +17,12 @@ from workshop.config import RunConfig
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "wandb", "fsdp-workshop")
 
 
+def node_name() -> str:
+    """The node this process runs on: Slurm's name for it (SLURMD_NODENAME, set per node in every
+    task, and by the local backend for each simulated node), else the host name."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+
+
 def versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"python": platform.python_version()}
     for name in PACKAGES:
@@ -52,7 +58,7 @@ def run_args(cfg: RunConfig) -> dict[str, Any]:
         "config": cfg.resolved(),
         "versions": versions(),
         "git_sha": git_sha(),
-        "host": socket.gethostname(),
+        "host": node_name(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
         "slurm_nodelist": os.environ.get("SLURM_JOB_NODELIST"),
         "started_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -125,7 +124,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     hf_logging.set_verbosity_warning()
     is_main = rank == 0
     args = training_arguments(cfg, device, world)  # initialises the process group under torchrun
-    hosts = _all_gather(socket.gethostname())
+    hosts = _all_gather(run_record.node_name())
     if is_main:
         (out / "metrics.jsonl").write_text("")
         run_record.write_json(out / "run_args.json", run_record.run_args(cfg))
@@ -172,6 +171,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
                                  synced=synced)
     params_local = _all_gather(applied.get("params_local"))
+    print(f"[workshop rank {rank} host {run_record.node_name()}] params_local={applied.get('params_local')} "
+          f"of {n_params} ({applied.get('wrapper')})", flush=True)
     trains = [r for r in callback.records if r["kind"] == "train"]
     totals = counter.totals
     peaks = [r["peak_mem_mb_per_rank"] for r in trains]
@@ -195,6 +196,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         "steps": trainer.state.global_step,
         "steps_per_epoch": -(-len(train_ds) // (cfg.batch_size * world * cfg.effective_grad_acc)),
         "global_batch": cfg.effective_global_batch, "grad_acc": cfg.effective_grad_acc,
+        "batch_size": cfg.batch_size, "max_length": cfg.max_length,
         "peak_mem_mb": max(per_rank) if per_rank else None, "peak_mem_mb_per_rank": per_rank,
         "mem_kind": trains[-1]["mem_kind"] if trains else None,
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,

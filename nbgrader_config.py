@@ -1,0 +1,17 @@
+"""nbgrader configuration: solutions/ is the source, notebooks/ the student release.
+
+`scripts/release.sh` regenerates notebooks/ from solutions/; a test fails when they differ.
+"""
+
+c = get_config()  # noqa: F821 (provided by nbgrader)
+
+c.CourseDirectory.course_id = "fsdp-workshop"
+c.CourseDirectory.source_directory = "solutions"
+c.CourseDirectory.release_directory = "notebooks"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"   # kept out of git
+# job logs and outputs beside a notebook are the student's, never part of the release
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "jobs", "tables", "plots", ".*"]
+# grading only reads saved logs, but the first cell imports torch and transformers
+c.Execute.timeout = 120
+c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
+c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -1,0 +1,96 @@
+"""Run the whole course headless: every solution notebook, executed with papermill, into a results folder.
+
+    python -m workshop.course --output results              # the embedded default (profile: local)
+    python -m workshop.course --profile ci --only 01,05     # some steps, on another site profile
+
+Each notebook runs in a working copy, `results/<assignment>/`, never in solutions/ (papermill's
+metadata would leak into the release). Its jobs, tables (CSV) and plots (PNG) land beside it; the
+tables and plots are also gathered into `results/tables/` and `results/plots/`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workshop.release import REPO, assignments, venv_on_path
+
+
+def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output: bool = False) -> Path:
+    """Execute solutions/<name>/<name>.ipynb in output/<name>/ and return the executed notebook."""
+    import papermill
+
+    src = REPO / "solutions" / name
+    work = output / name
+    if work.exists():
+        shutil.rmtree(work)
+    shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "jobs", "tables", "plots"))
+    notebook = work / f"{name}.ipynb"
+    papermill.execute_notebook(str(notebook), str(notebook), parameters=parameters, kernel_name="python3",
+                               cwd=str(work), progress_bar=False, log_output=log_output)
+    return notebook
+
+
+def gather(output: Path, name: str) -> tuple[list[Path], list[Path]]:
+    """Copy a notebook's tables and plots into results/tables and results/plots."""
+    found: tuple[list[Path], list[Path]] = ([], [])
+    for kind, pattern, bucket in (("tables", "*.csv", found[0]), ("plots", "*.png", found[1])):
+        (output / kind).mkdir(parents=True, exist_ok=True)
+        for f in sorted((output / name / kind).glob(pattern)):
+            shutil.copy2(f, output / kind / f.name)
+            bucket.append(output / kind / f.name)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workshop.course", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output", default="results", help="results folder (default: results)")
+    parser.add_argument("--profile", default="local", help="site profile the jobs run on (default: local)")
+    parser.add_argument("--only", default="", help="comma-separated notebook numbers or names, e.g. 01,03")
+    parser.add_argument("--set", dest="overrides", default="{}",
+                        help='JSON run settings for every job, e.g. \'{"epochs": 1}\'')
+    parser.add_argument("--log-output", action="store_true", help="stream each cell's output")
+    args = parser.parse_args(argv)
+    venv_on_path()
+    names = assignments()
+    if args.only:
+        wanted = [w.strip() for w in args.only.split(",") if w.strip()]
+        names = [n for n in names if any(n == w or n.startswith(w + "_") for w in wanted)]
+        if not names:
+            print(f"--only {args.only!r} matches none of {', '.join(assignments())}", file=sys.stderr)
+            return 2
+    output = Path(args.output).resolve()
+    output.mkdir(parents=True, exist_ok=True)
+    parameters = {"profile": args.profile, "overrides": json.loads(args.overrides)}
+    started = time.perf_counter()
+    report = []
+    for i, name in enumerate(names, 1):
+        print(f"[{i}/{len(names)}] {name}: running on profile {args.profile!r} ...", flush=True)
+        t0 = time.perf_counter()
+        try:
+            notebook = run_notebook(name, output, parameters, args.log_output)
+        except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
+            print(f"[{i}/{len(names)}] {name}: FAILED after {time.perf_counter() - t0:.0f} s\n{e}", flush=True)
+            print(f"  the partly executed notebook is {output / name / (name + '.ipynb')}", file=sys.stderr)
+            return 1
+        tables, plots = gather(output, name)
+        jobs = len(list((output / name / "jobs").glob("*/job.json")))
+        took = time.perf_counter() - t0
+        report.append((name, took, jobs, tables, plots))
+        print(f"[{i}/{len(names)}] {name}: done in {took:.0f} s, {jobs} job(s), "
+              f"{len(tables)} table(s), {len(plots)} plot(s) -> {notebook.relative_to(output.parent)}", flush=True)
+    total = time.perf_counter() - started
+    print(f"\ncourse finished in {total:.0f} s: executed notebooks, tables and plots are in {output}/")
+    for name, took, jobs, tables, plots in report:
+        print(f"  {name:<26} {took:5.0f} s  {jobs} jobs  tables: {', '.join(t.name for t in tables) or '-'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,217 @@
+"""What a notebook cell calls: predict, run a job, tabulate its log, plot, and check the student's table.
+
+The notebooks show FSDP, not glue: `lab.run("baseline")` renders the batch script, submits it (or
+finds the job this exact cell already submitted), and watches it. While nbgrader executes a
+submission (`NBGRADER_EXECUTION` is set), nothing is submitted and nothing waits: every job is
+read back from the `jobs/` folder saved with the submission, and a missing one is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import pandas as pd
+
+from workshop.config import RunConfig
+from workshop.profiles import Profile, load_profile
+
+
+class NoSavedJob(RuntimeError):
+    """Grading found no saved job for a cell: the notebook was not run before it was submitted."""
+
+
+def grading() -> bool:
+    """True while nbgrader autogrades or validates this notebook."""
+    return bool(os.environ.get("NBGRADER_EXECUTION"))
+
+
+def _comparable(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "output_dir"}
+
+
+def find_saved(step: str, config: RunConfig, jobs_dir: str | Path) -> Any:
+    """The saved job of `step` whose config equals `config`, read from where its folder is now.
+
+    Grading runs in a copy of the submission (another folder, maybe another machine), so jobs are
+    matched by the config they saved, not by the absolute paths or profile digest they recorded.
+    """
+    from workshop.slurm.jobs import Job
+    from workshop.slurm.records import JobRecord
+
+    want = _comparable(config.to_dict())
+    matches = []
+    for record_file in sorted(Path(jobs_dir).glob(f"{step}-*/job.json")):
+        folder = record_file.parent
+        try:
+            saved = json.loads((folder / "config.json").read_text())
+            record = JobRecord.load(folder)
+        except (OSError, ValueError):
+            continue
+        if _comparable(saved) == want:
+            record.job_dir = str(folder.resolve())
+            matches.append(Job(record))
+    return matches[-1] if matches else None
+
+
+def saved_profile(jobs_dir: str | Path) -> str | None:
+    """The profile the saved jobs ran on, when they agree on one."""
+    names = set()
+    for record_file in Path(jobs_dir).glob("*/job.json"):
+        try:
+            names.add(json.loads(record_file.read_text())["profile"])
+        except (OSError, ValueError, KeyError):
+            continue
+    return names.pop() if len(names) == 1 else None
+
+
+class Lab:
+    """One assignment's jobs, on one site profile, with the notebook's parameter overrides."""
+
+    def __init__(self, profile: str | Path | Profile | None = None, jobs_dir: str | Path = "jobs",
+                 overrides: Mapping[str, Any] | None = None, quiet: bool = False) -> None:
+        self.jobs_dir = Path(jobs_dir)
+        if profile is None and grading():
+            profile = saved_profile(self.jobs_dir)   # grade on the site the student's jobs ran on
+        self.profile = load_profile(profile)
+        self.overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        Path("tables").mkdir(exist_ok=True)
+        Path("plots").mkdir(exist_ok=True)
+        if not quiet:
+            mode = "grading: reading saved jobs only" if grading() else f"backend {self.profile.backend}"
+            print(f"profile {self.profile.name!r} ({self.profile.description}); {mode}; jobs in {self.jobs_dir}/")
+
+    # ------------------------------------------------------------------ configs and predictions
+    def config(self, step: str, **changes: Any) -> RunConfig:
+        """The config `run(step, **changes)` would submit (step < profile < notebook < this call)."""
+        from workshop.slurm.steps import step_config
+
+        return step_config(step, self.profile, {**self.overrides, **changes})
+
+    def predict(self, step: str, **changes: Any) -> pd.Series:
+        """The memory model's per-GPU prediction for that run, in MB per component."""
+        from workshop.memory import estimate_config
+
+        bd = estimate_config(self.config(step, **changes))
+        return pd.Series(bd.as_mb(), name="predicted MB per GPU").round(1)
+
+    def gpu_counts(self, step: str = "multi_gpu") -> list[int]:
+        """1, 2, 4, ... up to the GPUs of one node of the step's partition (CPU profiles: up to 4)."""
+        most = self.profile.partition_for(step).gpus_per_node or 4
+        return [n for n in (1, 2, 4, 8, 16) if n <= most]
+
+    # ------------------------------------------------------------------ jobs
+    def run(self, step: str, wait: bool = True, resubmit: bool = False, **changes: Any) -> Any:
+        """Submit `step` with `changes` (once: a re-run cell finds its job), then watch it finish."""
+        from workshop.slurm import submit
+
+        config = self.config(step, **changes)
+        if grading():
+            job = find_saved(step, config, self.jobs_dir)
+            if job is None:
+                raise NoSavedJob(f"no saved job for step {step!r} with {changes or 'the default settings'} in "
+                                 f"{self.jobs_dir}/: run every cell (so its job runs) before you submit")
+            return job
+        job = submit(step, config, self.profile, resubmit=resubmit, jobs_dir=self.jobs_dir)
+        if wait:
+            state = job.wait()
+            if state.value != "COMPLETED":
+                print(f"job {job.job_id} ended {state.value}: {job.reason or 'see the log'}\n"
+                      f"  log: {job.log_path}\n  diagnose: workshop diagnose {job.log_path}")
+        return job
+
+    @staticmethod
+    def script(job: Any) -> None:
+        """Print the batch script the job ran: what you would `sbatch` by hand."""
+        print(job.script)
+
+    # ------------------------------------------------------------------ tables and plots
+    def table(self, kind: str, jobs: Sequence[Any], bandwidth: Sequence[Any] = (), names: Sequence[str] | None = None,
+              index: str | None = None, save: str | None = None) -> pd.DataFrame:
+        """The exercise table of `kind` (baseline, fsdp, strategies, scaling, multinode), from the logs.
+
+        `names` labels the rows (one per job, in order); `index` uses a column instead."""
+        from workshop.tables import build
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            df = build(kind, [self._source(j) for j in jobs], [self._source(b) for b in bandwidth])
+        notes = df.attrs.get("notes", [])
+        if names is not None:
+            if len(names) != len(df):
+                raise ValueError(f"{len(names)} names for {len(df)} rows")
+            df.index = pd.Index(list(names), name="run")
+        elif index is not None:
+            df = df.set_index(index)
+        df.attrs["notes"] = notes
+        if save:
+            df.to_csv(Path("tables") / f"{save}.csv")
+        return df
+
+    @staticmethod
+    def _source(job: Any) -> Any:
+        """A job's log file (the record of what ran); a path or parsed log is passed through."""
+        return job.log_path if hasattr(job, "log_path") else job
+
+    def plot(self, kind: str, jobs: Sequence[Any], save: str | None = None, **kw: Any) -> Any:
+        """loss | scaling | bandwidth | memory plots, saved as PNG under plots/ when `save` is given."""
+        from workshop import plots
+
+        path = Path("plots") / f"{save}.png" if save else None
+        sources = [self._source(j) for j in jobs]
+        if kind == "loss":
+            return plots.loss_curves(sources, path)
+        if kind == "scaling":
+            return plots.scaling_plot(sources, path)
+        if kind == "bandwidth":
+            return plots.bandwidth_plot(sources, path)
+        if kind == "memory":
+            return plots.memory_bars(kw["labels"], kw["predicted"], kw["measured"], path=path)
+        raise ValueError(f"unknown plot kind {kind!r}: use loss, scaling, bandwidth or memory")
+
+
+# ---------------------------------------------------------------------- autograded checks
+
+
+def _value(table: Any, row: Any, column: str) -> Any:
+    if row is None:
+        return table[column]
+    if isinstance(table, pd.DataFrame):
+        return table.loc[row, column]
+    return table[row][column]
+
+
+def check(answers: Any, column: str, measured: pd.DataFrame | Mapping[str, Any], row: Any = None,
+          rel: float = 0.02, abs_tol: float = 0.011) -> None:
+    """Autograded: the student's number for (row, column) equals what their job's log says.
+
+    `measured` is the table built from the student's own saved logs. Rounding to two decimals, or
+    to 2 %, is accepted; a number typed from someone else's run is not.
+    """
+    where = f"{column}" + (f" for {row!r}" if row is not None else "")
+    try:
+        got = _value(answers, row, column)
+    except (KeyError, IndexError, TypeError):
+        raise AssertionError(f"your table has no value for {where}") from None
+    want = _value(measured, row, column)
+    if got is None or (isinstance(got, float) and pd.isna(got)):
+        raise AssertionError(f"{where} is still empty: fill it in from your job's log")
+    try:
+        got_f, want_f = float(got), float(want)
+    except (TypeError, ValueError):
+        raise AssertionError(f"{where} should be a number, got {got!r}") from None
+    if pd.isna(want_f):
+        raise AssertionError(f"your job's log has no value for {where}: did the job complete?")
+    if abs(got_f - want_f) > max(abs_tol, rel * abs(want_f)):
+        raise AssertionError(f"{where} = {got_f:g} does not match your job's log; look again at the "
+                             "WORKSHOP_SUMMARY line or the table built from the log")
+    print(f"ok: {where} = {got_f:g} matches your job's log")
+
+
+def check_all(answers: Any, measured: pd.DataFrame, columns: Iterable[str], rows: Iterable[Any]) -> None:
+    for row in rows:
+        for column in columns:
+            check(answers, column, measured, row=row)

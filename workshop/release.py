@@ -1,0 +1,102 @@
+"""Generate the student release (notebooks/) from the instructor source (solutions/) with nbgrader.
+
+    python -m workshop.release            # rewrite notebooks/
+    python -m workshop.release --check    # exit 1 when notebooks/ is not what solutions/ generates
+
+The release is never edited by hand; the test suite runs `--check`'s comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def assignments(root: Path = REPO) -> list[str]:
+    return sorted(p.name for p in (root / "solutions").iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def nbgrader_config(root: Path, release_dir: Path, db: Path) -> "object":
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.release_directory = str(release_dir)
+    config.CourseDirectory.db_url = f"sqlite:///{db}"
+    return config
+
+
+def venv_on_path() -> None:
+    """nbgrader runs `alembic` by name: the tools of this interpreter's environment must be on PATH."""
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def generate(release_dir: Path, root: Path = REPO) -> list[str]:
+    """Run nbgrader generate_assignment for every assignment into `release_dir`; the names done."""
+    from nbgrader.apps import NbGraderAPI
+
+    venv_on_path()
+    release_dir = release_dir.resolve()
+    with tempfile.TemporaryDirectory() as tmp:
+        api = NbGraderAPI(config=nbgrader_config(root, release_dir, Path(tmp) / "gradebook.db"))
+        done = []
+        for name in assignments(root):
+            result = api.generate_assignment(name, force=True)
+            if not result["success"]:
+                raise RuntimeError(f"nbgrader could not generate {name}:\n{result.get('log', '')}"
+                                   f"{result.get('error', '')}")
+            done.append(name)
+    return done
+
+
+def differences(expected: Path, actual: Path) -> list[str]:
+    """Files that differ, or exist on one side only, between two release trees."""
+    out: list[str] = []
+
+    def walk(cmp: filecmp.dircmp, prefix: str) -> None:
+        out.extend(f"{prefix}{n} (only in the fresh generation)" for n in cmp.left_only)
+        out.extend(f"{prefix}{n} (not generated from solutions/)" for n in cmp.right_only)
+        _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+        out.extend(f"{prefix}{n} (differs)" for n in mismatch + errors)
+        for name, sub in cmp.subdirs.items():
+            walk(sub, f"{prefix}{name}/")
+
+    walk(filecmp.dircmp(expected, actual, ignore=["__pycache__", ".ipynb_checkpoints"]), "")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m workshop.release", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    args = parser.parse_args(argv)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            generate(Path(tmp))
+            diff = differences(Path(tmp), REPO / "notebooks")
+        if diff:
+            print("notebooks/ is out of date with solutions/ (run scripts/release.sh):\n  " + "\n  ".join(diff))
+            return 1
+        print("notebooks/ matches a fresh nbgrader generation of solutions/")
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        done = generate(Path(tmp) / "notebooks")
+        target = REPO / "notebooks"
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(Path(tmp) / "notebooks", target)
+    print(f"generated notebooks/ for {', '.join(done)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
