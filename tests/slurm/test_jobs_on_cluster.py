@@ -141,10 +141,28 @@ def test_cancelled_job(cluster, jobs_dir, tmp_path):
     assert cluster.job_record(job.job_id)["State"].startswith("CANCELLED")
 
 
-def test_student_submits_from_the_command_line(cluster, jobs_dir):
+@pytest.fixture(scope="module")
+def student_workshop(cluster, jobs_dir) -> str:
+    """`workshop` in an environment of student's own (root's venv interpreter lives under /root).
+
+    A venv of the system Python 3.11 that sees this checkout and the test venv's packages, as a
+    student's conda env sees the course repo: what runs is the code under test."""
+    venv = jobs_dir / "student-venv"
+    cluster.run("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv), user="student", timeout=60)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    root_site = Path(sys.prefix) / site.relative_to(venv)
+    (site / "workshop-under-test.pth").write_text(f"{Path(__file__).resolve().parents[2]}\n{root_site}\n")
+    for name, entry in (("workshop", "workshop.cli"), ("torchrun", "torch.distributed.run")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{venv}/bin/python\nimport sys\nfrom {entry} import main\nsys.exit(main())\n")
+        script.chmod(0o755)
+    return str(venv / "bin" / "workshop")
+
+
+def test_student_submits_from_the_command_line(cluster, jobs_dir, student_workshop):
     t0 = time.monotonic()
     sets = [arg for k, v in TINY.items() for arg in ("--set", f"{k}={v}")]
-    proc = cluster.run(WORKSHOP, "submit", "baseline", "--profile", "ci", *sets, "--name", "student-baseline",
+    proc = cluster.run(student_workshop, "submit", "baseline", "--profile", "ci", *sets, "--name", "student-baseline",
                        "--jobs-dir", str(jobs_dir / "student"), "--wait", user="student", timeout=300)
     TIMINGS["student baseline (CLI, --wait)"] = time.monotonic() - t0
     job_id, job_dir = proc.stdout.splitlines()[0].split(" ", 1)
@@ -152,6 +170,8 @@ def test_student_submits_from_the_command_line(cluster, jobs_dir):
     assert cluster.job_record(job_id)["User"] == "student"
     assert Path(job_dir).stat().st_uid == int(cluster.run("id", "-u", "student").stdout)
     assert json.loads((Path(job_dir) / "run" / "summary.json").read_text())["status"] == "completed"
+    again = cluster.run(student_workshop, "cancel", job_dir, user="student", check=False)
+    assert again.returncode == 0 and "COMPLETED" in again.stdout   # finished: cancel is a no-op
 
 
 def test_local_backend_gives_the_cluster_job_s_losses(baseline, tmp_path):
