@@ -25,7 +25,9 @@ from typing import Any, Mapping
 
 from workshop.config import ConfigError, coerce
 
-SLURM_DIR = Path(os.environ.get("WORKSHOP_SLURM_TEMPLATES_DIR", Path(__file__).resolve().parent.parent / "slurm"))
+# slurm/ at the repository root: templates/ and profiles/, readable by the site's admins.
+# WORKSHOP_SLURM_FILES points elsewhere (an installed copy, a site's own folder of the same shape).
+SLURM_DIR = Path(os.environ.get("WORKSHOP_SLURM_FILES", Path(__file__).resolve().parent.parent / "slurm"))
 PROFILES_DIR = SLURM_DIR / "profiles"
 TEMPLATES_DIR = SLURM_DIR / "templates"
 
