@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from workshop.config import ConfigError
-from workshop.slurm import Job, JobState, local_backend, submit
+from workshop.slurm import Job, JobState, local_backend, submit, watch
 from workshop.slurm.cli import logs_main, status_main
 
 
@@ -69,6 +69,8 @@ def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, 
     assert by_dir.state() is by_id.state() is JobState.COMPLETED
     assert json.loads((job.job_dir / "job.json").read_text())["state"] == "COMPLETED"
 
+    watch._widget_view(job)(JobState.COMPLETED, 3.0)   # the notebook view builds (display() prints its repr here)
+    assert "IntProgress" in capsys.readouterr().out
     assert status_main([job.job_id, "--jobs-dir", str(jobs)]) == 0
     assert logs_main([str(job.job_dir), "-n", "2"]) == 0
     out = capsys.readouterr().out
