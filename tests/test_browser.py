@@ -1,0 +1,351 @@
+"""What the student sees: notebook 01 in a real JupyterLab, in a real (headless) Chromium.
+
+The student's first cells (up to the one that submits and watches the job) run through JupyterLab's
+own "Run > Run All Above Selected Cell" menu, clicked with the mouse; the job runs on the local backend, and the test waits until `Job.wait()`'s ipywidgets status widget
+shows the job COMPLETED in the page. A screenshot lands in `test-artifacts/browser-01_baseline.png`
+for a person to look at.
+
+Chromium is Debian's (scripts/install_browser.sh installs it as root); the test talks to it over
+the DevTools protocol with websocket-client (already a jupyter_server dependency), so neither
+chromedriver nor selenium is needed. Every server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STUDENT_DIR = ROOT / "notebooks" / "01_baseline"
+NOTEBOOK = STUDENT_DIR / "01_baseline.ipynb"
+ARTIFACT = ROOT / "test-artifacts" / "browser-01_baseline.png"
+BUDGET_S = 80.0          # the whole test stays under 90 s
+# JupyterLab's own settings for the test's user: no "get notified about Jupyter news?" toast
+# and the notebook's own kernel starts without a "Select Kernel" dialog ("Always start the preferred kernel")
+LAB_SETTINGS = {"@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+                {"fetchNews": "false", "checkForUpdates": False},
+                "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"autoStartDefaultKernel": True}}
+# what the test puts in the notebook's parameters, as papermill would: a job small enough for 90 s
+SMALL_RUN = "dict(train_size=8, eval_size=4, epochs=1, eval_generate=False)"
+JOB_CELL = ("submit(", ".run(", ".wait(")     # the first code cell with one of these starts the job
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End a process we started in its own session, and everything it started there."""
+    if proc.poll() is not None:
+        return
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    """Path of Debian's chromium, installed first when this test runs as root."""
+    found = shutil.which("chromium")
+    if found is None and os.geteuid() == 0:
+        subprocess.run(["bash", str(ROOT / "scripts" / "install_browser.sh")], check=True, timeout=600)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.skip("needs Debian's chromium and this is not root: "
+                    "run `sudo bash scripts/install_browser.sh`, or run the tests as root")
+    return found
+
+
+def _standin_notebook() -> dict[str, Any]:
+    """Until notebooks/01_baseline exists: the cells the real notebook starts with."""
+    def cell(kind: str, source: str, n: int) -> dict[str, Any]:
+        c: dict[str, Any] = {"cell_type": kind, "id": f"standin-{n}", "metadata": {}, "source": source}
+        if kind == "code":
+            c.update(outputs=[], execution_count=None)
+        return c
+    return {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "fsdp-workshop", "display_name": "FSDP workshop (bloom_env)",
+                                        "language": "python"}},
+            "cells": [cell("markdown", "# 01 Baseline (stand-in until the release notebook exists)", 0),
+                      cell("code", "from workshop.slurm import submit", 1),
+                      cell("code", f'job = submit("baseline", profile="local", overrides={SMALL_RUN})\njob.wait()', 2),
+                      cell("markdown", "The rest of notebook 01 follows here.", 3)]}
+
+
+def _small_parameters(path: Path) -> None:
+    """After the cell tagged `parameters`, a cell that makes the job small, as papermill injects one."""
+    nb = json.loads(path.read_text())
+    for i, c in enumerate(nb["cells"]):
+        if "parameters" in c.get("metadata", {}).get("tags", []):
+            nb["cells"].insert(i + 1, {"cell_type": "code", "id": "injected-parameters", "execution_count": None,
+                                       "metadata": {"tags": ["injected-parameters"]}, "outputs": [],
+                                       "source": f"overrides = {SMALL_RUN}  # tests/test_browser.py: a small job"})
+            path.write_text(json.dumps(nb, indent=1))
+            return
+
+
+def _job_cell(path: Path) -> int:
+    """Index of the cell that submits and watches the job (the test runs every cell up to it)."""
+    cells = json.loads(path.read_text())["cells"]
+    for i, c in enumerate(cells):
+        source = "".join(c["source"])
+        if c["cell_type"] == "code" and any(k in source for k in JOB_CELL):
+            assert i + 1 < len(cells), "the job cell is the notebook's last cell"
+            return i
+    raise AssertionError(f"{path.name} has no cell that starts a job ({' / '.join(JOB_CELL)})")
+
+
+def _course_copy(tmp: Path) -> Path:
+    """A temp copy of the student's course folder; returns the notebook's path inside it."""
+    course = tmp / "course"
+    if STUDENT_DIR.exists():
+        assert NOTEBOOK.is_file(), f"{STUDENT_DIR} exists but has no {NOTEBOOK.name}: regenerate the release"
+        shutil.copytree(ROOT / "notebooks", course / "notebooks",
+                        ignore=shutil.ignore_patterns("jobs", "tables", "plots", ".ipynb_checkpoints"))
+        _small_parameters(course / "notebooks" / "01_baseline" / NOTEBOOK.name)
+    else:
+        (course / "notebooks" / "01_baseline").mkdir(parents=True)
+        (course / "notebooks" / "01_baseline" / "01_baseline.ipynb").write_text(json.dumps(_standin_notebook()))
+    return course / "notebooks" / "01_baseline" / "01_baseline.ipynb"
+
+
+class DevTools:
+    """The few Chrome DevTools protocol calls this test needs, over one page's websocket."""
+
+    def __init__(self, ws_url: str) -> None:
+        import websocket
+        self.ws = websocket.create_connection(ws_url, timeout=30, suppress_origin=True)
+        self.ids = itertools.count(1)
+
+    def call(self, method: str, **params: Any) -> dict[str, Any]:
+        msg_id = next(self.ids)
+        self.ws.send(json.dumps({"id": msg_id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == msg_id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def js(self, expression: str) -> Any:
+        res = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in res:
+            raise RuntimeError(f"JS error in {expression[:80]!r}: {res['exceptionDetails']}")
+        return res["result"].get("value")
+
+    def click(self, x: float, y: float) -> None:
+        """A real mouse click (press and release), as Lumino menus only listen to mouse events."""
+        self.call("Input.dispatchMouseEvent", type="mouseMoved", x=x, y=y)
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def _wait_for(what: str, probe: Any, deadline: float, interval: float = 0.25) -> Any:
+    while True:
+        value = probe()
+        if value:
+            print(f"[browser] {what}: done, {deadline - time.monotonic():.1f} s of the budget left", flush=True)
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(interval)
+
+
+def _center_of(dev: DevTools, selector: str, text: str) -> tuple[float, float] | None:
+    """Centre of the first visible element matching `selector` whose text is `text`."""
+    return dev.js(f"""(() => {{
+        for (const el of document.querySelectorAll({json.dumps(selector)})) {{
+            const r = el.getBoundingClientRect();
+            if (el.textContent.trim() === {json.dumps(text)} && r.width > 0)
+                return [r.x + r.width / 2, r.y + r.height / 2];
+        }}
+        return null; }})()""")
+
+
+@pytest.fixture
+def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
+    """JupyterLab on 127.0.0.1 (random port, a token) serving a temp course copy; (base, token, notebook)."""
+    notebook = _course_copy(tmp_path)
+    env = dict(os.environ, JUPYTER_DATA_DIR=str(tmp_path / "jdata"), JUPYTER_CONFIG_DIR=str(tmp_path / "jconf"),
+               JUPYTER_RUNTIME_DIR=str(tmp_path / "jrun"), JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "jsettings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "jworkspaces"),
+               OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+    env["WORKSHOP_PROFILE"] = "local"     # the notebook's `profile = None` means this site's profile
+    for rel, value in LAB_SETTINGS.items():
+        (tmp_path / "jsettings" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "jsettings" / rel).write_text(json.dumps(value))
+    # the course kernel, registered the way a student's environment gets it
+    subprocess.run([sys.executable, "-m", "workshop.kernel", "--profile", "local"], env=env, check=True,
+                   capture_output=True, timeout=60)
+    port, token = _free_port(), base64.b32encode(os.urandom(15)).decode().lower()
+    log = open(tmp_path / "jupyterlab.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={notebook.parents[2]}", "--MappingKernelManager.default_kernel_name=fsdp-workshop",
+         "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+         *(["--allow-root"] if os.geteuid() == 0 else [])],
+        env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        def up() -> bool:
+            assert proc.poll() is None, (tmp_path / "jupyterlab.log").read_text()[-3000:]
+            try:
+                return urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2).status == 200
+            except OSError:
+                return False
+        _wait_for("JupyterLab to answer", up, deadline)
+        yield base, token, notebook
+    finally:
+        _kill_group(proc)
+        log.close()
+        from workshop.slurm import Job
+        for record in notebook.parent.glob("jobs/*/job.json"):     # a job the notebook left running
+            try:
+                Job.load(record.parent).cancel()
+            except Exception:
+                pass
+
+
+@pytest.fixture
+def browser(chromium: str, tmp_path: Path) -> Iterator[DevTools]:
+    """Headless Chromium with DevTools on a random loopback port; one page to drive."""
+    profile = tmp_path / "chromium-profile"
+    proc = subprocess.Popen(
+        [chromium, "--no-sandbox", "--headless=new", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-gpu", "--disable-dev-shm-usage",
+         f"--user-data-dir={profile}", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
+         "--window-size=1400,1000", "about:blank"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "chromium.log", "wb"), start_new_session=True)
+    dev = None
+    try:
+        port_file = profile / "DevToolsActivePort"
+        _wait_for("chromium's DevTools port", lambda: port_file.is_file() and port_file.read_text().strip(),
+                  time.monotonic() + 30)
+        port = int(port_file.read_text().split()[0])
+        pages = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5))
+        page = next(p for p in pages if p["type"] == "page")
+        dev = DevTools(page["webSocketDebuggerUrl"])
+        dev.call("Page.enable")
+        dev.call("Runtime.enable")
+        yield dev
+    finally:
+        if dev is not None:
+            dev.close()
+        _kill_group(proc)
+
+
+def _screenshot(dev: DevTools) -> None:
+    """Save the page as test-artifacts/browser-01_baseline.png, the widget in view when there is one."""
+    dev.js("document.querySelector('.jp-Notebook .jp-OutputArea-output .widget-html')"
+           "?.scrollIntoView({block: 'center'})")
+    time.sleep(0.3)
+    ARTIFACT.parent.mkdir(exist_ok=True)
+    ARTIFACT.write_bytes(base64.b64decode(dev.call("Page.captureScreenshot", format="png")["data"]))
+
+
+# "no dialog" once a kernel runs without asking; the offered kernel's name while the dialog is up
+KERNEL_DIALOG_JS = """(() => {
+    const sel = document.querySelector('.jp-Dialog select');
+    if (sel) return sel.options[sel.selectedIndex]?.textContent.trim() || '(none selected)';
+    return /Idle|Busy/.test(document.querySelector('#jp-main-statusbar')?.textContent || '') ? 'no dialog' : null;
+})()"""
+
+
+WIDGET_STATE_JS = """(() => {
+    const heads = [...document.querySelectorAll('.jp-Notebook .jp-OutputArea-output .widget-html')];
+    const bar = document.querySelector('.jp-Notebook .jp-OutputArea-output .widget-hprogress .progress-bar');
+    return heads.length ? {head: heads[0].textContent.trim(), last: heads.length > 1 ? heads[1].textContent : '',
+                           bar: bar ? [...bar.classList] : null} : null; })()"""
+
+
+def test_notebook_01_runs_in_a_real_browser_and_shows_the_job_widget(lab: tuple[str, str, Path],
+                                                                     browser: DevTools) -> None:
+    """A student opens notebook 01, runs it, and sees the job's status widget reach COMPLETED."""
+    start = time.monotonic()
+    deadline = start + BUDGET_S
+    base, token, notebook = lab
+    url = f"{base}/lab/tree/{notebook.relative_to(notebook.parents[2]).as_posix()}?token={token}"
+    dev = browser
+    try:
+        dev.call("Page.navigate", url=url)
+        _wait_for("the notebook to open", lambda: dev.js(
+            "!!document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')"), deadline)
+        # the notebook's kernel starts (were JupyterLab to ask which one, the student accepts the offer)
+        expected = json.loads(notebook.read_text())["metadata"]["kernelspec"]["display_name"]
+
+        def kernel_idle() -> bool:
+            offered = dev.js("document.querySelector('.jp-Dialog select')?.selectedOptions[0]?.textContent")
+            if offered:
+                assert offered.strip() == expected, f"JupyterLab offers kernel {offered!r}, not {expected!r}"
+                dev.click(*_center_of(dev, ".jp-Dialog button.jp-mod-accept", "Select"))
+                return False
+            sessions = json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=5))
+            return any(x["kernel"]["execution_state"] == "idle" for x in sessions)
+        _wait_for("the kernel to be idle", kernel_idle, deadline)
+        kernel_name = dev.js("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
+                             ".jp-KernelName')?.textContent")
+        assert kernel_name == expected, f"the toolbar shows kernel {kernel_name!r}, not {expected!r}"
+        tab = dev.js("document.querySelector('.lm-DockPanel-tabBar .lm-mod-current .lm-TabBar-tabLabel')"
+                     "?.textContent")
+        assert tab == notebook.name, f"the open tab is {tab!r}, not the notebook"
+
+        # select the cell after the job cell, then Run > Run All Above Selected Cell, with the mouse
+        after = _job_cell(notebook) + 1
+        dev.js(f"document.querySelectorAll('.jp-Notebook .jp-Cell')[{after}].scrollIntoView({{block: 'center'}})")
+        box = dev.js(f"""(() => {{ const r = document.querySelectorAll('.jp-Notebook .jp-Cell')[{after}]
+                      .getBoundingClientRect(); return [r.x + 30, r.y + Math.min(10, r.height / 2)]; }})()""")
+        dev.click(*box)
+        _wait_for("the cell after the job cell to be selected", lambda: dev.js(
+            f"document.querySelectorAll('.jp-Notebook .jp-Cell')[{after}].classList.contains('jp-mod-active')"),
+            deadline)
+        run_menu = _wait_for("the Run menu", lambda: _center_of(dev, ".lm-MenuBar-item", "Run"), deadline)
+        dev.click(*run_menu)
+        run_above = _wait_for("'Run All Above Selected Cell'", lambda: _center_of(
+            dev, ".lm-Menu-item .lm-Menu-itemLabel", "Run All Above Selected Cell"), deadline)
+        dev.click(*run_above)
+
+        def widget_done() -> dict[str, Any] | None:
+            state = dev.js(WIDGET_STATE_JS)
+            if state and any(s in state["head"] for s in ("FAILED", "CANCELLED", "TIMEOUT")):
+                raise AssertionError(f"the job did not complete: {state}")
+            error = dev.js("document.querySelector('.jp-Notebook [data-mime-type=\"application/vnd.jupyter.stderr\"]"
+                           " pre, .jp-Notebook .jp-RenderedText[data-mime-type*=\"error\"]')?.textContent")
+            if error and "Traceback" in error:
+                raise AssertionError(f"a cell raised:\n{error[-2000:]}")
+            return state if state and "COMPLETED" in state["head"] else None
+
+        state = _wait_for("the job widget to show COMPLETED", widget_done, deadline, interval=0.5)
+        assert "baseline" in state["head"] and "local-1" in state["head"], state
+        assert state["bar"] is not None, f"the status widget has no progress bar: {state}"
+        assert "progress-bar-success" in state["bar"], f"the progress bar is not green (success): {state}"
+    finally:
+        _screenshot(dev)     # on failure too: the picture says what the student would see
+    assert ARTIFACT.stat().st_size > 10_000
+    assert time.monotonic() - start < BUDGET_S
