@@ -1,0 +1,135 @@
+"""`workshop bench` keeps its promises on a CPU: real runs, an honest result file, no CPU numbers
+posing as GPU figures.
+
+The smoke run is the real harness (two configurations, each a real `workshop.train` process, one of
+them FSDP2), with the tiny model and as few steps as still leave one measured record.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workshop import bench
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
+    root = tmp_path_factory.mktemp("bench")
+    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", "baseline,full_shard",
+                       "--warmup-steps", "1", "--measure-steps", "1", "--batch-size", "2",
+                       "--output", str(root / "out"), "--runs-dir", str(root / "runs"), "--no-plot"])
+    return code, root
+
+
+def _result(root: Path) -> dict:
+    files = sorted((root / "out").glob("*.json"))
+    assert len(files) == 1, files
+    return json.loads(files[0].read_text())
+
+
+def test_cpu_smoke_run_completes_every_configuration(smoke: tuple[int, Path]) -> None:
+    code, root = smoke
+    result = _result(root)
+    assert code == 0, [(r["name"], r.get("error")) for r in result["configs"]]
+    assert [r["name"] for r in result["configs"]] == ["baseline", "full_shard"]
+    for row in result["configs"]:
+        assert row["status"] == "completed"
+        assert row["measured_steps"] == 1 and row["steps"] == 2  # the warm-up record is dropped
+        assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
+        assert row["mfu"] is None  # no honest peak on a CPU
+        assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == bench.SEQ_LEN
+    by_name = {r["name"]: r for r in result["configs"]}
+    assert by_name["full_shard"]["sharding_applied"] == "full_shard"
+    assert by_name["full_shard"]["wrapper"].startswith("FSDP")
+    assert by_name["baseline"]["sharding_applied"] == "none"
+
+
+def test_result_file_has_the_promised_shape(smoke: tuple[int, Path]) -> None:
+    _, root = smoke
+    result = _result(root)
+    for key in ("date", "device", "device_name", "versions", "git_sha", "model", "lengths", "configs",
+                "targets", "notes", "warmup_steps", "measure_steps"):
+        assert key in result, key
+    assert result["device"] == "cpu" and result["model"] == "tiny"
+    assert {"torch", "transformers", "accelerate", "cuda", "nccl"} <= set(result["versions"])
+    lengths = result["lengths"]
+    assert lengths["examples"] == bench.FIXTURE_TRAIN and lengths["p50"] <= lengths["p95"] <= lengths["max"]
+    assert (root / "out" / f"{Path(sorted((root / 'out').glob('*.json'))[0]).stem}.md").is_file()
+
+
+def test_memory_prediction_column_is_present(smoke: tuple[int, Path]) -> None:
+    _, root = smoke
+    result = _result(root)
+    for row in result["configs"]:
+        pred = row["prediction"]
+        assert pred["total_mb"] > 0 and "activations" in pred["components_mb"]
+        # predicted at the widest batch trained on: the longest of the examples the run used
+        assert pred["seq_len"] == max(result["lengths"]["lengths"][:row["config"]["train_size"]])
+        assert row["mem_kind"] == "rss" and row["memory_rel_error"] is None  # RSS is not what the model predicts
+    md = next((root / "out").glob("*.md")).read_text()
+    assert "| predicted MB |" in md
+
+
+def test_targets_are_not_evaluated_on_cpu(smoke: tuple[int, Path]) -> None:
+    _, root = smoke
+    targets = _result(root)["targets"]
+    assert len(targets) == 3
+    assert all(t["status"] == "not evaluated on CPU" for t in targets)
+    md = next((root / "out").glob("*.md")).read_text()
+    assert md.count("**not evaluated on CPU**") == 3
+
+
+def test_refuses_to_write_cpu_numbers_into_benchmarks_results(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    before = set(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else set()
+    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", "baseline",
+                       "--output", str(bench.RESULTS_DIR), "--runs-dir", str(tmp_path)])
+    assert code == 2
+    assert "GPU figures only" in capsys.readouterr().err
+    after = set(bench.RESULTS_DIR.glob("*")) if bench.RESULTS_DIR.exists() else set()
+    assert after == before and not any(tmp_path.iterdir())  # refused before anything ran
+    # any benchmarks/results folder, not only this checkout's
+    with pytest.raises(bench.RefusedOutput):
+        bench.check_output(tmp_path / "copy" / "benchmarks" / "results", "cpu", "tiny")
+    with pytest.raises(bench.RefusedOutput):
+        bench.check_output(bench.RESULTS_DIR, "cuda", "tiny")
+    bench.check_output(bench.RESULTS_DIR, "cuda", "bloom-560m-random")
+    bench.check_output(bench.SMOKE_DIR, "cpu", "tiny")
+
+
+def test_steady_state_drops_warmup_and_weights_by_time() -> None:
+    recs = [{"kind": "train", "step": 1, "step_time_s": 10.0, "samples_per_s": 0.1, "tokens_per_s": 1.0,
+             "tflops": 0.1, "mfu": 0.01},
+            {"kind": "train", "step": 2, "step_time_s": 1.0, "samples_per_s": 8.0, "tokens_per_s": 800.0,
+             "tflops": 100.0, "mfu": 0.1},
+            {"kind": "eval", "step": 2},
+            {"kind": "train", "step": 3, "step_time_s": 3.0, "samples_per_s": 4.0, "tokens_per_s": 400.0,
+             "tflops": 60.0, "mfu": 0.06}]
+    s = bench.steady_state(recs, warmup=1)
+    assert s["measured_steps"] == 2
+    assert s["samples_per_s"] == pytest.approx((8 + 12) / 4)  # 20 samples in 4 s, not the mean of rates
+    assert s["mfu"] == pytest.approx((0.1 * 1 + 0.06 * 3) / 4)
+
+
+def test_gpu_targets_are_judged_with_their_reasons() -> None:
+    def row(name: str, sps: float, mfu: float, err: float) -> dict:
+        return {"name": name, "status": "completed", "samples_per_s": sps, "mfu": mfu, "memory_rel_error": err}
+
+    rows = [row("seed-recipe", 10.0, 0.05, 0.02), row("baseline", 60.0, 0.45, -0.08), row("offload", 20.0, 0.1, 0.3)]
+    speed, mfu, mem = bench.evaluate_targets(rows, "cuda", "bloom-560m-random")
+    assert speed["status"] == "met" and speed["value"] == 6.0
+    assert mfu["status"] == "met" and "baseline" in mfu["why"]
+    assert mem["status"] == "not met" and "offload +30.0%" in mem["why"]
+
+
+def test_seed_recipe_pads_every_batch_to_the_fixed_width() -> None:
+    from workshop.data import IGNORE_INDEX, DynamicPaddingCollator
+
+    seen: list[int] = []
+    collate = bench._PadToWidth(DynamicPaddingCollator(3), 3, 16, seen)
+    batch = collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}])
+    assert batch["input_ids"].shape == (2, 16) and seen == [16]
+    assert int(batch["attention_mask"].sum()) == 4  # padding never counts as a token
+    assert (batch["labels"][:, 3:] == IGNORE_INDEX).all() and (batch["input_ids"][:, 3:] == 3).all()
