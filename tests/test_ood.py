@@ -1,0 +1,217 @@
+"""The Open OnDemand app, rendered for a site: its form offers the site's partitions, account and
+reservation; its job script starts JupyterLab in the course folder with the course kernel; and the
+session it starts really accepts OOD's Connect button (password posted to /node/<host>/<port>/login).
+
+Open OnDemand evaluates the ERB at launch; here `erb_sample` stands in for it with sample values
+(both branches of every `<%- if %>` kept), which is enough to parse the YAML and `bash -n` the scripts.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from workshop.ood import FILES, render_app
+
+SAMPLE = {  # what OOD's context holds at launch (ERB expression -> value)
+    "partition": "gpu_a100", "reservation.to_s.strip": "fsdp-workshop", "context.course_dir.to_s.strip.shellescape":
+    "\\~/fsdp-workshop", "host": "node042", "port": "8888", "password": "s3cret"}
+
+
+def erb_sample(text: str, values: dict[str, str] | None = None) -> str:
+    """ERB with sample values: `<%= expr %>` -> value (an unknown expression -> "X"), control lines dropped."""
+    values = SAMPLE if values is None else values
+    text = re.sub(r"^[ \t]*<%-.*?-%>\n", "", text, flags=re.M)
+    text = re.sub(r"<%#.*?%>\n?", "", text, flags=re.S)
+    return re.sub(r"<%=\s*(.*?)\s*-?%>", lambda m: values.get(m.group(1), "X"), text)
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("ood-example-hpc")
+    render_app("example-hpc", out)
+    return out
+
+
+def _site_profile(tmp: Path, **changes: str) -> Path:
+    """example-hpc with other account / reservation / GPU request, as a site's own file."""
+    text = (Path(__file__).resolve().parent.parent / "slurm/profiles/example-hpc.toml").read_text()
+    for key, value in changes.items():
+        text = re.sub(rf"^{key} = .*$", f'{key} = "{value}"', text, count=1, flags=re.M)
+    path = tmp / "mysite.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_app_has_every_batch_connect_file(app: Path) -> None:
+    for rel in FILES:
+        assert (app / rel).is_file(), rel
+        assert "@{" not in (app / rel).read_text(), f"{rel}: a placeholder was left unrendered"
+    manifest = yaml.safe_load((app / "manifest.yml").read_text())
+    assert manifest["role"] == "batch_connect" and manifest["category"] == "Interactive Apps"
+
+
+def test_the_form_offers_the_sites_partitions_and_defaults(app: Path) -> None:
+    text = (app / "form.yml.erb").read_text()
+    assert "<%" not in text, "the form is fully rendered: OOD has nothing left to evaluate"
+    form = yaml.safe_load(text)
+    assert form["cluster"] == "example-hpc"
+    assert form["form"] == ["course_dir", "partition", "bc_account", "reservation", "bc_num_hours", "gpu_type",
+                            "num_gpus"]
+    attrs = form["attributes"]
+    options = attrs["partition"]["options"]
+    assert [o[1] for o in options] == ["gpu_v100", "gpu_a100"]
+    assert attrs["partition"]["value"] == "gpu_v100"                    # the profile's default partition
+    assert {"data-max-num-gpus": 4} in options[0] and {"data-set-gpu-type": "a100"} in options[1]
+    assert attrs["bc_account"]["value"] == "CHANGE-ME-account"
+    assert attrs["reservation"]["value"] == ""
+    assert attrs["bc_num_hours"]["value"] == 1
+    assert [o[1] for o in attrs["gpu_type"]["options"]] == ["", "a100", "v100"]
+    assert attrs["num_gpus"]["max"] == 8 and attrs["num_gpus"]["value"] == 0
+
+
+def test_a_sites_own_account_and_reservation_reach_form_and_submit(tmp_path: Path) -> None:
+    profile = _site_profile(tmp_path, account="proj-4711", reservation="fsdp-day1", gpu_request="gres")
+    render_app(profile, tmp_path / "app", cluster="mycluster")
+    form = yaml.safe_load((tmp_path / "app/form.yml.erb").read_text())
+    assert form["cluster"] == "mycluster"
+    assert form["attributes"]["bc_account"]["value"] == "proj-4711"
+    assert form["attributes"]["reservation"]["value"] == "fsdp-day1"
+    submit = yaml.safe_load(erb_sample((tmp_path / "app/submit.yml.erb").read_text(),
+                                       {**SAMPLE, "gpu_type.to_s.empty? ? \"\" : \"#{gpu_type}:\"": "a100:",
+                                        "gpus": "2"}))
+    assert "--gres=gpu:a100:2" in submit["script"]["native"]
+    script = (tmp_path / "app/template/script.sh.erb").read_text()
+    assert f"export WORKSHOP_PROFILE={profile}" in script       # a site file is named by its path
+
+
+def test_submit_uses_the_basic_template_and_native_sbatch_args(app: Path) -> None:
+    text = (app / "submit.yml.erb").read_text()
+    assert '{"gpu_v100" => 8, "gpu_a100" => 8}' in text                 # cores per GPU from the profile
+    assert '{"gpu_v100" => 40960, "gpu_a100" => 102400}' in text        # memory per GPU (MB)
+    submit = yaml.safe_load(erb_sample(text, {**SAMPLE, "gpu_type.to_s.empty? ? \"\" : \"#{gpu_type}:\"": "a100:",
+                                              "gpus": "2"}))
+    assert submit["batch_connect"]["template"] == "basic"
+    native = submit["script"]["native"]
+    assert native[0] == "--partition=gpu_a100"
+    assert "--reservation=fsdp-workshop" in native and "--gpus-per-node=a100:2" in native
+    assert all(isinstance(x, str) and x.startswith("--") for x in native)
+
+
+def test_the_script_starts_jupyterlab_in_the_course_folder_with_the_course_kernel(app: Path) -> None:
+    script = (app / "template/script.sh.erb").read_text()
+    assert 'exec jupyter lab --config="${CONFIG_FILE}" --ServerApp.root_dir="${COURSE_DIR}"' in script
+    assert 'cd "${COURSE_DIR}"' in script
+    assert 'python -m workshop.kernel --profile "${WORKSHOP_PROFILE}"' in script
+    for line in ("module load cuda/12.1 anaconda3", "conda activate bloom_env", "export WORKSHOP_PROFILE=example-hpc",
+                 'export HF_HOME=/scratch/"${USER}"/hf_home', "export WANDB_MODE=offline"):
+        assert line in script.splitlines()
+    before = (app / "template/before.sh.erb").read_text()
+    for line in ("c.ServerApp.ip = '*'", "c.ServerApp.base_url = '/node/${host}/${port}/'",
+                 "c.MappingKernelManager.default_kernel_name = 'fsdp-workshop'", "port=$(find_port ${host})",
+                 'password="$(create_passwd 16)"', 'export CONFIG_FILE="${PWD}/config.py"'):
+        assert line in before.splitlines()
+    view = (app / "view.html.erb").read_text()
+    assert 'action="/node/<%= host %>/<%= port %>/login"' in view and 'name="password"' in view
+
+
+@pytest.mark.parametrize("rel", ["template/script.sh.erb", "template/before.sh.erb"])
+def test_the_scripts_are_valid_bash(app: Path, rel: str, tmp_path: Path) -> None:
+    path = tmp_path / Path(rel).name.removesuffix(".erb")
+    path.write_text(erb_sample((app / rel).read_text()))
+    assert "<%" not in path.read_text()
+    out = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
+    """before.sh + script.sh as OOD runs them (its helpers stubbed, loopback only): the view's form
+    logs in behind /node/<host>/<port>/, and the server offers the course kernel by default."""
+    home = tmp_path / "home"
+    (home / "fsdp-workshop").mkdir(parents=True)
+    profile = _site_profile(tmp_path)
+    text = profile.read_text()
+    setup = f'setup = ["source {Path(sys.prefix) / "bin" / "activate"}"]'
+    profile.write_text(re.sub(r"^setup = \[.*?\]", setup, text, count=1, flags=re.M | re.S))
+    app = tmp_path / "app"
+    render_app(profile, app)
+    session = tmp_path / "session"
+    session.mkdir()
+    port = _free_port()
+    (session / "before.sh").write_text(erb_sample((app / "template/before.sh.erb").read_text()))
+    (session / "script.sh").write_text(erb_sample((app / "template/script.sh.erb").read_text()))
+    # OOD's basic template: helpers, then before.sh sourced, then script.sh; every server on 127.0.0.1 here
+    runner = f"""set -e
+        host=127.0.0.1
+        find_port() {{ echo {port}; }}
+        create_passwd() {{ tr -dc A-Za-z0-9 < /dev/urandom | head -c "$1"; }}
+        source ./before.sh
+        sed -i "s/^c.ServerApp.ip = '\\*'/c.ServerApp.ip = '127.0.0.1'/" "$CONFIG_FILE"
+        [ "$(id -u)" = 0 ] && echo "c.ServerApp.allow_root = True" >> "$CONFIG_FILE"
+        printf '%s' "$password" > password
+        exec bash ./script.sh"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "WORKSHOP", "VIRTUAL_ENV"))}
+    env.update(HOME=str(home), USER="student", PATH="/usr/bin:/bin")
+    log = open(session / "output.log", "wb")
+    proc = subprocess.Popen(["bash", "-c", runner], cwd=session, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    base = f"http://127.0.0.1:{port}/node/127.0.0.1/{port}"
+    try:
+        deadline = time.monotonic() + 45
+        while True:
+            assert proc.poll() is None, (session / "output.log").read_text()[-3000:]
+            try:
+                urllib.request.urlopen(f"{base}/api/status", timeout=2)
+            except urllib.error.HTTPError:
+                break                                   # 403 without a login: it is up, and it is locked
+            except OSError:
+                assert time.monotonic() < deadline, (session / "output.log").read_text()[-3000:]
+                time.sleep(0.3)
+        # the Connect button: the view's form, posted with the session's password
+        view = erb_sample((app / "view.html.erb").read_text(), {**SAMPLE, "host": "127.0.0.1", "port": str(port),
+                                                                   "password": (session / "password").read_text()})
+        fields = dict(re.findall(r'name="(\w+)" value="([^"]*)"', view))
+        action = re.search(r'action="([^"]+)"', view).group(1)
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        page = opener.open(f"http://127.0.0.1:{port}{action}", data=urllib.parse.urlencode(fields).encode(), timeout=20)
+        assert page.url.endswith(f"/node/127.0.0.1/{port}/lab"), page.url
+        specs = json.load(opener.open(f"{base}/api/kernelspecs", timeout=20))
+        assert specs["default"] == "fsdp-workshop"
+        spec = specs["kernelspecs"]["fsdp-workshop"]["spec"]
+        assert spec["display_name"] == "FSDP workshop (bloom_env)" and spec["argv"][0].startswith(sys.prefix)
+        contents = json.load(opener.open(f"{base}/api/contents", timeout=20))
+        assert contents["path"] == "" and (home / "fsdp-workshop").is_dir()
+        assert f"starting JupyterLab in {home / 'fsdp-workshop'}" in (session / "output.log").read_text()
+        wrong = dict(fields, password="wrong")
+        denied = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        with pytest.raises(urllib.error.HTTPError):
+            denied.open(f"http://127.0.0.1:{port}{action}", data=urllib.parse.urlencode(wrong).encode(), timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
