@@ -1,0 +1,113 @@
+"""A student's W&B API key never lands in anything the course writes or ships.
+
+A real (tiny, offline) W&B run is made with a fake key in the environment; then the run's folder
+(W&B's own files included), its stdout and stderr, every batch script the course renders (each step
+on each site profile), the Open OnDemand app, the course kernelspec and the notebooks are searched
+for the key. W&B offline needs neither network nor key; `wandb sync` uploads later (docs/student.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workshop.config import ConfigError
+from workshop.ood import render_app
+from workshop.profiles import available, load_profile
+from workshop.slurm import STEPS, step_config
+from workshop.slurm.render import render
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKE_KEY = "local-0123456789abcdef0123456789abcdef01234567"
+# a masked key ("***...cdef01234567") still gives part of it away: its tail counts as a leak too
+NEEDLES = (FAKE_KEY, FAKE_KEY[-16:])
+
+
+def _leaks(text: str | bytes) -> list[str]:
+    data = text.encode() if isinstance(text, str) else text
+    return [n for n in NEEDLES if n.encode() in data]
+
+
+def _files_with_key(folder: Path) -> list[str]:
+    return [str(p) for p in sorted(folder.rglob("*")) if p.is_file() and not p.is_symlink()
+            and _leaks(p.read_bytes())]
+
+
+@pytest.fixture(scope="module")
+def wandb_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """One real offline W&B run with the fake key set, as a student's environment would have it."""
+    out = tmp_path_factory.mktemp("wandb-run") / "run"
+    env = dict(os.environ, WANDB_API_KEY=FAKE_KEY, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+               HF_HUB_OFFLINE="1")
+    env.pop("WANDB_MODE", None)           # the run's own --wandb flag decides
+    proc = subprocess.run([sys.executable, "-m", "workshop.train", "--wandb", "offline", "--epochs", "1",
+                           "--train-size", "8", "--eval-size", "4", "--no-eval-generate", "--output-dir", str(out)],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, proc
+
+
+def test_the_offline_run_is_a_real_wandb_run(wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, _ = wandb_run
+    runs = list((out / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1, f"no offline W&B run under {out / 'wandb'}"
+    assert list(runs[0].glob("run-*.wandb")), "the run has no .wandb file for `wandb sync`"
+    assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+def test_the_key_is_in_none_of_the_runs_files(wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    out, _ = wandb_run
+    assert len([p for p in out.rglob("*") if p.is_file()]) >= 5
+    assert _files_with_key(out) == []
+
+
+def test_the_key_is_not_in_the_runs_output(wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    _, proc = wandb_run
+    assert "WORKSHOP_SUMMARY" in proc.stdout
+    assert _leaks(proc.stdout) == [] and _leaks(proc.stderr) == []
+
+
+def test_the_key_is_in_no_rendered_batch_script(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each step on each site profile, rendered while the key is in the environment."""
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    rendered = 0
+    for name in available():
+        profile = load_profile(name)
+        for step in STEPS:
+            try:
+                config = step_config(step, profile)
+                script = render(step, config, profile, tmp_path / f"{name}-{step}")
+            except ConfigError:           # a step this site cannot run (e.g. 2 nodes on the local backend)
+                continue
+            assert _leaks(script) == [], f"{name}/{step}"
+            assert _leaks(json.dumps(config.to_dict())) == [], f"{name}/{step} config"
+            rendered += 1
+    assert rendered >= 2 * len(STEPS)
+
+
+def test_the_key_is_in_neither_the_ood_app_nor_the_kernelspec(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_API_KEY", FAKE_KEY)
+    for name in available():
+        if load_profile(name).backend == "slurm":
+            render_app(name, tmp_path / "ood" / name)
+    env = dict(os.environ, WANDB_API_KEY=FAKE_KEY)
+    subprocess.run([sys.executable, "-m", "workshop.kernel", "--profile", "example-hpc", "--prefix",
+                    str(tmp_path / "kernel")], env=env, check=True, capture_output=True, timeout=60)
+    assert list((tmp_path / "kernel").rglob("kernel.json"))
+    assert _files_with_key(tmp_path) == []
+
+
+def test_no_notebook_carries_a_wandb_key() -> None:
+    """The course's notebooks (sources and release, where they exist) hold no key and set none."""
+    setting = re.compile(r"WANDB_API_KEY['\"]?\s*[\]:=,)]*\s*['\"][^'\"]+['\"]|wandb\.login\([^)]*key\s*=")
+    for nb in sorted([*ROOT.glob("solutions/**/*.ipynb"), *ROOT.glob("notebooks/**/*.ipynb")]):
+        text = nb.read_text()
+        assert _leaks(text) == [], nb
+        assert not setting.search(text), f"{nb.relative_to(ROOT)} writes a W&B key into the notebook"
