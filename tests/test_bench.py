@@ -125,11 +125,14 @@ def test_gpu_targets_are_judged_with_their_reasons() -> None:
 
 
 def test_seed_recipe_pads_every_batch_to_the_fixed_width() -> None:
+    """The seed recipe is the config's pad_to_max_length, through the training script's own collator."""
     from workshop.data import IGNORE_INDEX, DynamicPaddingCollator
 
-    seen: list[int] = []
-    collate = bench._PadToWidth(DynamicPaddingCollator(3), 3, 16, seen)
+    assert bench.CONFIGS["seed-recipe"].changes["pad_to_max_length"] is True
+    collate = DynamicPaddingCollator(3, pad_to=16)
     batch = collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}])
-    assert batch["input_ids"].shape == (2, 16) and seen == [16]
+    assert batch["input_ids"].shape == (2, 16)
     assert int(batch["attention_mask"].sum()) == 4  # padding never counts as a token
     assert (batch["labels"][:, 3:] == IGNORE_INDEX).all() and (batch["input_ids"][:, 3:] == 3).all()
+    assert DynamicPaddingCollator(3)([{"input_ids": [5, 6], "labels": [5, 6]}])["input_ids"].shape == (1, 2)
+

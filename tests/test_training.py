@@ -94,3 +94,10 @@ def test_run_leaves_its_records(runs: RunCache) -> None:
     assert train and all(r["tokens_per_s"] > 0 and len(r["peak_mem_mb_per_rank"]) == 2 for r in train)
     assert [r["eval_loss"] for r in lines if r["kind"] == "eval"] == run.summary["eval_losses"]
     assert "WORKSHOP_SUMMARY " in run.log and "[workshop] step" in run.log
+
+
+def test_one_process_without_sharding_is_a_plain_model(runs: RunCache) -> None:
+    """torchrun with one process and sharding=none must not pay for a one-rank DDP wrapper."""
+    s = runs.get("--train-size", "16", "--eval-size", "16", "--eval-split", "train", "--epochs", "40",
+                 "--learning-rate", "5e-3", "--eval-generate", nproc=1).summary
+    assert s["wrapper"] == "BloomForCausalLM" and s["sharding_applied"] == "none"

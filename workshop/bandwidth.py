@@ -20,6 +20,8 @@ import sys
 import time
 from datetime import timedelta
 
+from workshop.run_record import node_name
+
 # nccl-tests' (2.13+) header formats, so the table lines up with the ones cluster staff know
 HEADER_TOP = "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          "
 HEADER = "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s"
@@ -99,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{getattr(props, 'pci_bus_id', 0):02x}:{getattr(props, 'pci_device_id', 0):02x}] {props.name}")
     else:
         dev_desc = f"device {local_rank:2d} [cpu] gloo"
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "dev": dev_desc}
+    me = {"host": node_name(), "pid": os.getpid(), "dev": dev_desc}
     everyone: list[dict] = [None] * world  # type: ignore[list-item]
     dist.all_gather_object(everyone, me)
 

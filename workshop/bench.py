@@ -11,9 +11,8 @@ configurations. The first `--warmup-steps` records of each run's
 metrics.jsonl (CUDA/cuBLAS initialisation, FSDP lazy init, allocator growth) are dropped; the
 figures are time-weighted over the remaining records. Peak memory is over the whole run.
 
-The seed recipe padded every example to 512 tokens; RunConfig has no such field, so the bench runs
-`workshop.train.main` with its collator swapped for one that pads to a fixed width (`_train`,
-below) and records the widths it produced. Everything else is the training script's own path.
+The seed recipe padded every example to 512 tokens: that is the config's `pad_to_max_length`, so
+every configuration, the seed recipe included, runs the training script's own path unchanged.
 
 GPU figures go to benchmarks/results/; CPU numbers are refused there (smoke runs: benchmarks/smoke/,
 git-ignored).
@@ -64,7 +63,8 @@ class BenchConfig:
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("seed-recipe", "the seed course's KAUST baseline: pad to 512, batch 1, grad acc 4, fp16, no sharding",
-                dict(precision="fp16", sharding="none", batch_size=1, grad_acc=4), pad_to=SEQ_LEN,
+                dict(precision="fp16", sharding="none", batch_size=1, grad_acc=4, pad_to_max_length=True,
+                     max_length=SEQ_LEN), pad_to=SEQ_LEN,
                 course_batch=False),
     BenchConfig("baseline", "the course baseline: bf16, dynamic padding, no sharding",
                 dict(precision="bf16", sharding="none")),
@@ -200,7 +200,7 @@ def launch(cfg: RunConfig, pad_to: int, timeout: float, device: str,
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     config_path = cfg.to_json(out / "config.json")
-    entry = ["-m", "workshop.bench", "_train", "--pad-to", str(pad_to)] if pad_to else ["-m", "workshop.train"]
+    entry = ["-m", "workshop.train"]
     env, port = child_env(device), str(free_port())
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
@@ -252,9 +252,8 @@ def steady_state(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
 
 def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None) -> dict[str, Any]:
     """The memory model's prediction for what ran, at the widest batch the run trained on (dynamic
-    padding: the longest example; the seed recipe: the fixed width). Under torchrun the HF Trainer
-    wraps a one-process 'none' run in DistributedDataParallel, whose gradient buckets are real
-    memory, so such a run is predicted as ddp on 1 rank (`predicted_as` says which)."""
+    padding: the longest example; the seed recipe: the fixed width). A run that read back a DDP
+    wrapper is predicted as ddp (`predicted_as` says which); a one-process 'none' run is a plain model."""
     from workshop import memory
 
     sharding = "ddp" if cfg.sharding == "none" and wrapper == "DistributedDataParallel" else cfg.sharding
@@ -314,12 +313,6 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
     )
     if not stats["measured_steps"]:
         row["error"] = f"no train records after the {warmup} warm-up steps"
-    padding = run_dir / "padding.json"
-    if bc.pad_to and padding.is_file():
-        row["padding_seen"] = json.loads(padding.read_text())
-        if row["padding_seen"]["widths"] != [bc.pad_to]:
-            row.update(status="failed", error=f"batches were not all padded to {bc.pad_to}: "
-                                              f"{row['padding_seen']['widths']}")
     return row
 
 
@@ -533,12 +526,10 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         "(workshop/metrics.py: 6N + 12*L*h*s FLOPs per token, recomputation not counted).",
         "Peak memory is torch.cuda.max_memory_allocated over the whole run (warm-up included); the memory "
         "model excludes the CUDA context and allocator slack, so reserved is shown but the error is vs allocated.",
-        "A 'none' run under torchrun is wrapped by the HF Trainer in one-process DistributedDataParallel; "
-        "its prediction is the memory model's ddp on 1 rank (prediction.predicted_as), which counts DDP's buckets.",
+        "A 'none' run is a plain single process (no DDP wrapper, no gradient buckets), read back from the model.",
         "Prediction width: the longest example trained on (dynamic padding; every example is seen at least once) "
         "or the fixed pad width (seed recipe).",
-        "seed-recipe padding is emulated: workshop.train runs with its collator replaced by a pad-to-512 one "
-        "(RunConfig has no pad_to_max_length field); padding_seen records the widths produced.",
+        "seed-recipe: pad_to_max_length=True with max_length 512 (every batch 512 tokens wide, as the seed did).",
         f"Each configuration is a separate process ({opts.launcher}; workshop.train --config), eval_generate off; "
         "evaluation time is excluded from throughput by the training script's metrics callback.",
     ]
@@ -566,51 +557,6 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     result["paths"] = {"json": str(json_path), "md": str(out_dir / f"{stem}.md"),
                        "png": str(out_dir / f"{stem}.png") if opts.plot else None}
     return result
-
-
-# ---------------------------------------------------------------------------------------- seed padding
-
-
-class _PadToWidth:
-    """The seed recipe's collator: the course's dynamic padding, then padded on to a fixed width."""
-
-    def __init__(self, inner: Any, pad_token_id: int, width: int, seen: list[int]) -> None:
-        self.inner, self.width, self.seen = inner, width, seen
-        self.pad_token_id = pad_token_id
-
-    def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, Any]:
-        import torch.nn.functional as F
-
-        from workshop.data import IGNORE_INDEX
-
-        batch = self.inner(rows)
-        extra = self.width - batch["input_ids"].shape[1]
-        if extra < 0:
-            raise ValueError(f"a batch is {batch['input_ids'].shape[1]} tokens wide, wider than pad width {self.width}")
-        fill = {"input_ids": self.pad_token_id, "attention_mask": 0, "labels": IGNORE_INDEX}
-        batch = {k: F.pad(v, (0, extra), value=fill[k]) for k, v in batch.items()}
-        self.seen.append(int(batch["input_ids"].shape[1]))
-        return batch
-
-
-def _train(argv: list[str]) -> int:
-    """`workshop.train.main` with every batch padded to --pad-to tokens (run under torchrun)."""
-    p = argparse.ArgumentParser(prog="workshop bench _train")
-    p.add_argument("--pad-to", type=int, required=True)
-    args, rest = p.parse_known_args(argv)
-    from workshop import data, train
-
-    seen: list[int] = []
-    dynamic = data.DynamicPaddingCollator
-    data.DynamicPaddingCollator = (  # type: ignore[assignment]
-        lambda pad_id: _PadToWidth(dynamic(pad_id), pad_id, args.pad_to, seen))
-    code = train.main(rest)
-    cfg_file = rest[rest.index("--config") + 1] if "--config" in rest else None
-    if cfg_file and int(os.environ.get("RANK", 0)) == 0:
-        out = Path(json.loads(Path(cfg_file).read_text())["output_dir"])
-        (out / "padding.json").write_text(json.dumps({"pad_to": args.pad_to, "batches": len(seen),
-                                                      "widths": sorted(set(seen))}) + "\n")
-    return code
 
 
 # ---------------------------------------------------------------------------------------- CLI
@@ -641,8 +587,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["_train"]:
-        return _train(argv[1:])
     args = build_parser().parse_args(argv)
     cuda = args.device == "cuda"
     opts = BenchOptions(

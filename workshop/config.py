@@ -77,6 +77,8 @@ class RunConfig:
                             default="dev")
     max_length: int = _help("longest tokenized example; longer prompts are truncated from the context",
                             default=256)
+    pad_to_max_length: bool = _help("pad every batch to max_length, as the seed recipe did (wastes compute on "
+                                    "padding; default: pad each batch to its longest example)", default=False)
     batch_size: int = _help("per-device (per-process) batch size", default=4)
     grad_acc: int = _help("gradient accumulation steps (ignored when global_batch is set)", default=1)
     global_batch: int = _help("if > 0: keep this global batch for any world size; grad_acc is derived "

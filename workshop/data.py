@@ -99,12 +99,14 @@ class EncodedDataset(torch.utils.data.Dataset):
 
 @dataclass
 class DynamicPaddingCollator:
-    """Pads a batch to its own longest example: pad id in input_ids, 0 in attention_mask, -100 in labels."""
+    """Pads a batch to its own longest example (or to `pad_to`, the seed recipe's fixed width):
+    pad id in input_ids, 0 in attention_mask, -100 in labels."""
 
     pad_token_id: int
+    pad_to: int = 0
 
     def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
-        width = max(len(r["input_ids"]) for r in rows)
+        width = max(self.pad_to, max(len(r["input_ids"]) for r in rows))
         ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -43,6 +43,18 @@ def check_launch(cfg: RunConfig, world: int) -> None:
                           "or change nodes/procs_per_node")
 
 
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def leave_single_process_undistributed(cfg: RunConfig) -> None:
+    """A one-process run without sharding is not distributed: without this, accelerate sees torchrun's
+    variables and wraps the model in a one-rank DDP, whose gradient buckets cost real GPU memory."""
+    if cfg.sharding == "none":
+        for var in TORCHRUN_VARS:
+            os.environ.pop(var, None)
+
+
 def resolve_device(cfg: RunConfig, local_rank: int) -> "Any":
     import torch
 
@@ -108,6 +120,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     """Train, evaluate and record one run; returns the summary (on every rank)."""
     rank, local_rank, world = launch_world()
     check_launch(cfg, world)
+    leave_single_process_undistributed(cfg)
     device = resolve_device(cfg, local_rank)
     configure_wandb(cfg)
     out = Path(cfg.output_dir)
@@ -149,7 +162,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     callback = MetricsCallback(out, counter, device, cfg.precision, n_params, model.config.n_layer,
                                model.config.hidden_size, is_main)
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                            data_collator=data.DynamicPaddingCollator(tok.pad_token_id), processing_class=tok,
+                            data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
                             callbacks=[callback], counter=counter)
     applied: dict[str, Any] = {}
 

@@ -200,7 +200,7 @@ def submit(step: str, config: RunConfig | None = None, profile: str | Path | Pro
                         job_dir=str(job_dir), history=history)
         if prof.backend == "local":
             cpus = cfg.procs_per_node * prof.partition_for(step).cpus_per_proc
-            rec.job_id = local_backend.submit(rec, prof, cpus, jobs_root)
+            rec.job_id = local_backend.submit(rec, prof, cpus, jobs_root, nodes=cfg.nodes)
             rec.state = JobState.RUNNING.value
         else:
             rec.job_id = slurm_backend.submit(rec)

@@ -1,9 +1,10 @@
 """Local backend: the same `job.sh`, run with bash on this machine as a detached process.
 
-It sets the variables a one-node Slurm job sees, so the script cannot tell the difference, and
-leaves its state in the job folder (`.exit-<id>`, `.cancelled-<id>`): a restarted kernel still
-knows whether the job completed, failed or was cancelled. Multi-node steps need Slurm: the
-template only uses `srun` when nodes > 1, and `submit` refuses nodes > 1 here.
+It sets the variables a Slurm job sees, so the script cannot tell the difference, and leaves its
+state in the job folder (`.exit-<id>`, `.cancelled-<id>`): a restarted kernel still knows whether
+the job completed, failed or was cancelled. A job of N nodes simulates them on this machine: the
+`srun` and `scontrol` of `local_bin/` start the launcher once per node (named local-node1..N by
+SLURMD_NODENAME) and point the rendezvous at localhost, so the multi-node script runs unchanged.
 """
 
 from __future__ import annotations
@@ -56,13 +57,21 @@ def _alive(record: JobRecord) -> bool:
     return record.pid is not None and _start_time(record.pid) == record.pid_start
 
 
-def submit(record: JobRecord, profile: Profile, cpus_per_task: int, jobs_dir: Path) -> str:
+LOCAL_BIN = Path(__file__).resolve().parent / "local_bin"
+
+
+def submit(record: JobRecord, profile: Profile, cpus_per_task: int, jobs_dir: Path, nodes: int = 1) -> str:
     job_id = next_id(jobs_dir)
     host = socket.gethostname()
+    nodelist = host if nodes == 1 else ",".join(["localhost"] * nodes)
     env = scrubbed_env()
-    env.update(SLURM_JOB_ID=job_id, SLURM_JOBID=job_id, SLURM_JOB_NAME=record.name,
-               SLURM_JOB_NODELIST=host, SLURM_NODELIST=host, SLURM_NNODES="1", SLURM_JOB_NUM_NODES="1",
-               SLURM_NTASKS="1", SLURM_NTASKS_PER_NODE="1", SLURM_CPUS_PER_TASK=str(cpus_per_task),
+    # Slurm job ids are numbers, and scripts do arithmetic with them (the rendezvous port)
+    number = job_id.removeprefix("local-")
+    env.update(SLURM_JOB_ID=number, SLURM_JOBID=number, SLURM_JOB_NAME=record.name,
+               PATH=f"{LOCAL_BIN}{os.pathsep}{env.get('PATH', '')}",
+               SLURM_JOB_NODELIST=nodelist, SLURM_NODELIST=nodelist, SLURM_NNODES=str(nodes),
+               SLURM_JOB_NUM_NODES=str(nodes), SLURM_NTASKS=str(nodes), SLURM_NTASKS_PER_NODE="1",
+               SLURM_CPUS_PER_TASK=str(cpus_per_task), SLURMD_NODENAME=host if nodes == 1 else "local-node1",
                SLURM_NODEID="0", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_SUBMIT_DIR=os.getcwd(),
                SLURM_SUBMIT_HOST=host, SLURM_CLUSTER_NAME="local", SLURM_JOB_PARTITION="local")
     log = open(record.dir / f"slurm-{job_id}.out", "ab")
@@ -74,7 +83,8 @@ def submit(record: JobRecord, profile: Profile, cpus_per_task: int, jobs_dir: Pa
     finally:
         log.close()
     _children[job_id] = child
-    record.pid, record.pid_start, record.host, record.nodes = child.pid, _start_time(child.pid), host, host
+    record.pid, record.pid_start, record.host = child.pid, _start_time(child.pid), host
+    record.nodes = host if nodes == 1 else ",".join(f"local-node{i + 1}" for i in range(nodes))
     return job_id
 
 

@@ -54,9 +54,6 @@ def step_config(step: str, profile: Profile, overrides: Mapping[str, Any] | None
 def check_fits(step: str, config: RunConfig, profile: Profile) -> None:
     """Refuse, before submitting, a job the site cannot run (more GPUs than a node has, ...)."""
     part = profile.partition_for(step)
-    if profile.backend == "local" and config.nodes > 1:
-        raise ConfigError("nodes", f"the local backend runs on this one machine, but nodes={config.nodes}",
-                          "use nodes=1 here, or a Slurm profile (e.g. profile='ci') for several nodes")
     if part.gpus_per_node and config.procs_per_node > part.gpus_per_node:
         raise ConfigError("procs_per_node", f"{config.procs_per_node} processes per node, but partition "
                           f"{part.name or part.key!r} has {part.gpus_per_node} GPUs per node",
