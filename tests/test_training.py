@@ -96,6 +96,18 @@ def test_run_leaves_its_records(runs: RunCache) -> None:
     assert "WORKSHOP_SUMMARY " in run.log and "[workshop] step" in run.log
 
 
+def test_a_job_log_alone_says_what_ran_and_predicts_its_memory(runs: RunCache) -> None:
+    from workshop.logs import parse_log
+    from workshop.tables import strategies_table
+
+    run = runs.get("--sharding", "full_shard", nproc=2)
+    parsed = parse_log(run.out_dir / "job.log")
+    assert parsed.config["sharding"] == "full_shard" and parsed.config["world_size"] == 2
+    assert sorted(f.rank for f in parsed.rank_facts) == [0, 1]
+    table = strategies_table([run.out_dir / "job.log"])
+    assert table.loc[0, "predicted_mem_mb"] > 0
+
+
 def test_one_process_without_sharding_is_a_plain_model(runs: RunCache) -> None:
     """torchrun with one process and sharding=none must not pay for a one-rank DDP wrapper."""
     s = runs.get("--train-size", "16", "--eval-size", "16", "--eval-split", "train", "--epochs", "40",

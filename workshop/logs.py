@@ -195,6 +195,7 @@ _PAIR = re.compile(r"'([A-Za-z_][\w/]*)':\s*'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)
                    r"|nan|inf|NaN|Infinity))'?\s*(?=[,}])")
 _METRICS = re.compile(r"WORKSHOP_METRICS\s+(\{.*\})")
 _SUMMARY = re.compile(r"WORKSHOP_SUMMARY\s+(\{.*\})")
+_RUN_ARGS = re.compile(r"WORKSHOP_RUN_ARGS\s+(\{.*\})")
 _STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
 _RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
 _KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
@@ -384,6 +385,14 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
             else:
                 log.summary = obj
             continue
+        if "WORKSHOP_RUN_ARGS" in t:
+            m = _RUN_ARGS.search(t)
+            obj = _json_obj(m.group(1)) if m else None
+            if obj is None:
+                log.bad_lines.append(line.lineno)
+            else:
+                log.run_args = obj
+            continue
         if "WORKSHOP_METRICS" in t:
             m = _METRICS.search(t)
             obj = _json_obj(m.group(1)) if m else None
@@ -492,7 +501,7 @@ def _missing(log: ParsedLog) -> list[str]:
     if log.final_record is None and log.summary is None:
         missing.append("final train_runtime record")
     if log.run_args is None:
-        missing.append("run_args.json (config)")
+        missing.append("run args (WORKSHOP_RUN_ARGS / run_args.json)")
     return missing
 
 

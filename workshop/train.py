@@ -140,7 +140,9 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     hosts = _all_gather(run_record.node_name())
     if is_main:
         (out / "metrics.jsonl").write_text("")
-        run_record.write_json(out / "run_args.json", run_record.run_args(cfg))
+        record = run_record.run_args(cfg)
+        run_record.write_json(out / "run_args.json", record)
+        print("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str), flush=True)
         print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
               f"device {device.type}, precision {cfg.precision}, model {cfg.model}", flush=True)
 
