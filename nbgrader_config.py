@@ -9,8 +9,10 @@ c.CourseDirectory.course_id = "fsdp-workshop"
 c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"   # kept out of git
-# job logs and outputs beside a notebook are the student's, never part of the release
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "jobs", "tables", "plots", ".*"]
+# A student's jobs/ (the logs grading reads), tables/ and plots/ must travel with the submission and
+# into autograded/, so they are NOT ignored here; `python -m workshop.release` keeps them out of the
+# release instead.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".*"]
 # grading only reads saved logs, but the first cell imports torch and transformers
 c.Execute.timeout = 120
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}

@@ -29,20 +29,18 @@ def grading() -> bool:
     return bool(os.environ.get("NBGRADER_EXECUTION"))
 
 
-def _comparable(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if k != "output_dir"}
+def find_saved(step: str, config: RunConfig, jobs_dir: str | Path, keys: Iterable[str]) -> Any:
+    """The newest saved job of `step` that agrees with `config` on `keys` (the settings the notebook
+    chose), read from where its folder is now.
 
-
-def find_saved(step: str, config: RunConfig, jobs_dir: str | Path) -> Any:
-    """The saved job of `step` whose config equals `config`, read from where its folder is now.
-
-    Grading runs in a copy of the submission (another folder, maybe another machine), so jobs are
-    matched by the config they saved, not by the absolute paths or profile digest they recorded.
+    Grading runs in a copy of the submission (another folder, maybe another machine, maybe after
+    the site profile was edited), so jobs are matched by the settings they saved, not by absolute
+    paths, profile digests or defaults the student never chose.
     """
     from workshop.slurm.jobs import Job
     from workshop.slurm.records import JobRecord
 
-    want = _comparable(config.to_dict())
+    want = {k: v for k, v in config.to_dict().items() if k in set(keys)}
     matches = []
     for record_file in sorted(Path(jobs_dir).glob(f"{step}-*/job.json")):
         folder = record_file.parent
@@ -51,10 +49,10 @@ def find_saved(step: str, config: RunConfig, jobs_dir: str | Path) -> Any:
             record = JobRecord.load(folder)
         except (OSError, ValueError):
             continue
-        if _comparable(saved) == want:
+        if all(saved.get(k) == v for k, v in want.items()):
             record.job_dir = str(folder.resolve())
             matches.append(Job(record))
-    return matches[-1] if matches else None
+    return max(matches, key=lambda job: job.record.submitted_at or "") if matches else None
 
 
 def saved_profile(jobs_dir: str | Path) -> str | None:
@@ -110,7 +108,7 @@ class Lab:
 
         config = self.config(step, **changes)
         if grading():
-            job = find_saved(step, config, self.jobs_dir)
+            job = find_saved(step, config, self.jobs_dir, keys=[*self.overrides, *changes])
             if job is None:
                 raise NoSavedJob(f"no saved job for step {step!r} with {changes or 'the default settings'} in "
                                  f"{self.jobs_dir}/: run every cell (so its job runs) before you submit")

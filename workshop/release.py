@@ -33,6 +33,10 @@ def nbgrader_config(root: Path, release_dir: Path, db: Path) -> "object":
     return config
 
 
+# What running a notebook leaves beside it; never part of a release.
+RUN_OUTPUTS = ["jobs", "tables", "plots", "results"]
+
+
 def venv_on_path() -> None:
     """nbgrader runs `alembic` by name: the tools of this interpreter's environment must be on PATH."""
     bin_dir = str(Path(sys.executable).parent)
@@ -47,7 +51,9 @@ def generate(release_dir: Path, root: Path = REPO) -> list[str]:
     venv_on_path()
     release_dir = release_dir.resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        api = NbGraderAPI(config=nbgrader_config(root, release_dir, Path(tmp) / "gradebook.db"))
+        config = nbgrader_config(root, release_dir, Path(tmp) / "gradebook.db")
+        config.CourseDirectory.ignore = list(config.CourseDirectory.ignore) + RUN_OUTPUTS
+        api = NbGraderAPI(config=config)
         done = []
         for name in assignments(root):
             result = api.generate_assignment(name, force=True)

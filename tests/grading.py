@@ -1,0 +1,81 @@
+"""A throwaway nbgrader course for the autograde tests: the real nbgrader, on copies of submissions."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+
+from workshop.release import REPO, nbgrader_config, venv_on_path
+
+
+class Course:
+    """An nbgrader course root in `root` with this repo's solutions/ as its source."""
+
+    def __init__(self, root: Path) -> None:
+        from nbgrader.apps import NbGraderAPI
+
+        venv_on_path()
+        self.root = root
+        shutil.copytree(REPO / "solutions", root / "solutions",
+                        ignore=shutil.ignore_patterns("jobs", "tables", "plots", ".ipynb_checkpoints"))
+        shutil.copy2(REPO / "nbgrader_config.py", root / "nbgrader_config.py")
+        self.db = root / "gradebook.db"
+        self.api = NbGraderAPI(config=nbgrader_config(root, root / "notebooks", self.db))
+        self.generated: set[str] = set()
+
+    def generate(self, assignment: str) -> Path:
+        if assignment not in self.generated:
+            result = self.api.generate_assignment(assignment, force=True)
+            assert result["success"], result.get("log", "") + str(result.get("error"))
+            self.generated.add(assignment)
+        return self.root / "notebooks" / assignment / f"{assignment}.ipynb"
+
+    def submit(self, student: str, assignment: str, folder: Path,
+               edit: Callable[[nbformat.NotebookNode], None] | None = None) -> None:
+        """Copy a student's assignment folder (notebook and jobs/) into submitted/, optionally edited."""
+        self.generate(assignment)
+        dest = self.root / "submitted" / student / assignment
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(folder, dest)
+        if edit is not None:
+            path = dest / f"{assignment}.ipynb"
+            nb = nbformat.read(path, as_version=4)
+            edit(nb)
+            nbformat.write(nb, path)
+
+    def autograde(self, student: str, assignment: str) -> dict[str, float]:
+        """Autograde one submission; the auto-graded score of each test cell, by grade id."""
+        from nbgrader.api import Gradebook
+
+        result = self.api.autograde(assignment, student, force=True, create=True)
+        assert result["success"], result.get("log", "") + str(result.get("error"))
+        with Gradebook(f"sqlite:///{self.db}") as gb:
+            sub = gb.find_submission_notebook(assignment, assignment, student)
+            return {g.name: g.score for g in sub.grades if g.cell_type == "code" and g.auto_score is not None}
+
+    def max_points(self, assignment: str) -> dict[str, float]:
+        from nbgrader.api import Gradebook
+
+        with Gradebook(f"sqlite:///{self.db}") as gb:
+            nb = gb.find_notebook(assignment, assignment)
+            return {c.name: c.max_score for c in nb.grade_cells if c.cell_type == "code"}
+
+
+def replace_cell(nb: nbformat.NotebookNode, grade_id: str, source: str) -> None:
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            cell.source = source
+            return
+    raise KeyError(grade_id)
+
+
+def append_to_cell(nb: nbformat.NotebookNode, grade_id: str, line: str) -> None:
+    for cell in nb.cells:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            cell.source = cell.source + "\n" + line
+            return
+    raise KeyError(grade_id)
