@@ -118,3 +118,17 @@ def test_bad_config_is_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ConfigError, match="local backend runs on this one machine"):
         submit("multi_node", profile="local", jobs_dir=jobs)
     assert not jobs.exists()
+
+
+def test_local_backend_simulates_two_nodes_with_the_multi_node_script(tmp_path):
+    """The same srun + c10d script runs on one machine: one torchrun per simulated node."""
+    from workshop.logs import parse_log
+    from workshop.slurm import submit
+
+    job = submit("bandwidth", profile="local", jobs_dir=tmp_path / "jobs",
+                 overrides={"nodes": 2, "procs_per_node": 1})
+    assert job.wait(timeout=180).value == "COMPLETED", job.tail(40)
+    assert "srun --nodes" in job.script and "rdzv-backend=c10d" in job.script
+    bw = parse_log(job.log_path).bandwidth
+    assert bw is not None and bw.n_nodes == 2 and bw.n_ranks == 2
+    assert "local-node1" in job.tail(60) and "local-node2" in job.tail(60)

@@ -6,7 +6,10 @@
 
 set -euo pipefail
 
-# Environment (the site's setup from the profile; module and conda scripts read unset variables)
+# Environment (the site's setup from the profile; module and conda scripts read unset variables).
+# `conda activate` needs conda's shell hook, which only interactive shells load: the first call of
+# this stand-in loads it and hands over to the real conda function.
+conda() { unset -f conda; eval "$(command conda shell.bash hook)" && conda "$@@"; }
 set +u
 @{setup}
 set -u
