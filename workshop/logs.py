@@ -196,6 +196,8 @@ _PAIR = re.compile(r"'([A-Za-z_][\w/]*)':\s*'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)
 _METRICS = re.compile(r"WORKSHOP_METRICS\s+(\{.*\})")
 _SUMMARY = re.compile(r"WORKSHOP_SUMMARY\s+(\{.*\})")
 _RUN_ARGS = re.compile(r"WORKSHOP_RUN_ARGS\s+(\{.*\})")
+# lines a run prints once, each a JSON object kept whole on the ParsedLog: (marker, pattern, attribute)
+_ONCE_LINES = (("WORKSHOP_SUMMARY", _SUMMARY, "summary"), ("WORKSHOP_RUN_ARGS", _RUN_ARGS, "run_args"))
 _STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
 _RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
 _KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
@@ -377,21 +379,14 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
 
     for line in log.lines:
         t = line.text
-        if "WORKSHOP_SUMMARY" in t:
-            m = _SUMMARY.search(t)
+        once_only = next(((marker, pattern, attr) for marker, pattern, attr in _ONCE_LINES if marker in t), None)
+        if once_only is not None:
+            m = once_only[1].search(t)
             obj = _json_obj(m.group(1)) if m else None
             if obj is None:
                 log.bad_lines.append(line.lineno)
             else:
-                log.summary = obj
-            continue
-        if "WORKSHOP_RUN_ARGS" in t:
-            m = _RUN_ARGS.search(t)
-            obj = _json_obj(m.group(1)) if m else None
-            if obj is None:
-                log.bad_lines.append(line.lineno)
-            else:
-                log.run_args = obj
+                setattr(log, once_only[2], obj)
             continue
         if "WORKSHOP_METRICS" in t:
             m = _METRICS.search(t)
