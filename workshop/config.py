@@ -102,6 +102,11 @@ class RunConfig:
     max_new_tokens: int = _help("longest generated answer for EM/F1", default=16)
     output_dir: str = _help("where the run writes run_args.json, metrics.jsonl, summary.json",
                             default="runs/latest")
+    checkpoint_every: int = _help("save a sharded checkpoint (model, optimizer, scheduler, data position) "
+                                  "in output_dir every N optimizer steps; 0 = only when Slurm warns of the "
+                                  "time limit (SIGUSR1)", default=0)
+    resume: bool = _help("continue from the latest checkpoint in output_dir (same data order, optimizer and "
+                         "scheduler state) instead of starting over", default=False)
     wandb: str = _help("disabled | offline | online (offline runs need no network or key)",
                        default="disabled")
 
@@ -159,6 +164,9 @@ class RunConfig:
                               "use 256 for the fixture, 512 for SQuAD")
         if not self.epochs > 0 and self.max_steps <= 0:
             raise ConfigError("epochs", f"must be > 0, got {self.epochs}", "train for e.g. 2 epochs")
+        if self.checkpoint_every < 0:
+            raise ConfigError("checkpoint_every", f"must be >= 0, got {self.checkpoint_every}",
+                              "0 saves only on Slurm's time-limit warning; e.g. 20 saves every 20 steps")
         if self.max_steps < 0:
             raise ConfigError("max_steps", f"must be >= 0, got {self.max_steps}", "0 means: use epochs")
         if not self.learning_rate > 0:

@@ -13,10 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from workshop.config import ConfigError, RunConfig, add_config_arguments, config_from_args
 
@@ -88,7 +90,10 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         logging_steps=cfg.logging_steps,
         logging_first_step=False,
         eval_strategy="epoch",
-        save_strategy="no",
+        # sharded (SHARDED_STATE_DICT under FSDP): each rank writes its own shard, none gathers the model
+        save_strategy="steps" if cfg.checkpoint_every > 0 else "no",
+        save_steps=cfg.checkpoint_every if cfg.checkpoint_every > 0 else 500,
+        save_total_limit=2,   # the latest, and the one before it in case the job dies mid-save
         report_to=["wandb"] if cfg.wandb != "disabled" else [],
         run_name=Path(cfg.output_dir).name,
         seed=cfg.seed,
@@ -106,6 +111,33 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
     return TrainingArguments(**kwargs)
 
 
+CHECKPOINT = re.compile(r"checkpoint-(\d+)")
+
+
+def latest_checkpoint(out: Path) -> tuple[Path, int] | None:
+    """The newest complete checkpoint in `out`: the highest checkpoint-N that has its trainer_state.json
+    (written after the model and optimizer shards, so a job killed mid-save leaves no half checkpoint
+    to resume from)."""
+    found = []
+    for path in out.glob("checkpoint-*"):
+        m = CHECKPOINT.fullmatch(path.name)
+        if m and (path / "trainer_state.json").is_file():
+            found.append((int(m.group(1)), path))
+    if not found:
+        return None
+    step, path = max(found)
+    return path, step
+
+
+def records_until(path: Path, step: int) -> list[dict[str, Any]]:
+    """metrics.jsonl's records up to the checkpoint's step: the steps trained after it are done again
+    by the resumed run, and must not be counted twice."""
+    if not path.is_file():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in records if r.get("step", 0) <= step]
+
+
 def configure_wandb(cfg: RunConfig) -> None:
     """W&B offline by default: runs land in the run folder and are synced later with `wandb sync`."""
     if cfg.wandb == "disabled":
@@ -116,8 +148,21 @@ def configure_wandb(cfg: RunConfig) -> None:
     os.environ["WANDB_SILENT"] = "true"
 
 
+_USR1_AT: list[float] = []
+
+
+def listen_for_stop() -> Callable[[], bool]:
+    """Catch USR1 from the first moment (its default action kills the process) and return the
+    question the step-end callback asks: did USR1 arrive here, or did the batch shell leave
+    $WORKSHOP_STOP_FILE (the way a USR1 for the job reaches ranks on every node)?"""
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _USR1_AT.append(time.time()))
+    stop_file = Path(os.environ["WORKSHOP_STOP_FILE"]) if os.environ.get("WORKSHOP_STOP_FILE") else None
+    return lambda: bool(_USR1_AT) or (stop_file is not None and stop_file.exists())
+
+
 def run(cfg: RunConfig) -> dict[str, Any]:
     """Train, evaluate and record one run; returns the summary (on every rank)."""
+    stop_requested = listen_for_stop()
     rank, local_rank, world = launch_world()
     check_launch(cfg, world)
     leave_single_process_undistributed(cfg)
@@ -125,6 +170,11 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     configure_wandb(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    resume_from = latest_checkpoint(out) if cfg.resume else None
+    if cfg.resume and resume_from is None:
+        raise ConfigError("resume", f"there is no complete checkpoint-N folder in {str(out)!r} to resume from",
+                          "run without resume, and save checkpoints next time (checkpoint_every=N, or a site "
+                          "profile with signal_lead_s so Slurm warns the job before its time limit)")
 
     import torch
     import torch.distributed as dist
@@ -132,15 +182,20 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
     from workshop import data, evaluation, models, run_record, sharding
     from workshop.metrics import MetricsCallback, StepCounter, _all_gather
-    from workshop.trainer import CourseTrainer
+    from workshop.trainer import CheckpointOnSignal, CourseTrainer
 
     hf_logging.set_verbosity_warning()
     is_main = rank == 0
     args = training_arguments(cfg, device, world)  # initialises the process group under torchrun
     hosts = _all_gather(run_record.node_name())
+    prior = records_until(out / "metrics.jsonl", resume_from[1]) if resume_from else []
     if is_main:
-        (out / "metrics.jsonl").write_text("")
+        tmp = out / "metrics.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in prior))
+        tmp.replace(out / "metrics.jsonl")
         record = run_record.run_args(cfg)
+        if resume_from:
+            record["resumed_from"] = {"checkpoint": resume_from[0].name, "step": resume_from[1]}
         run_record.write_json(out / "run_args.json", record)
         print("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str), flush=True)
         print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
@@ -163,9 +218,11 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     counter = StepCounter()
     callback = MetricsCallback(out, counter, device, cfg.precision, n_params, model.config.n_layer,
                                model.config.hidden_size, is_main)
+    callback.records.extend(prior)
+    stopper = CheckpointOnSignal(is_main, stop_requested)
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[callback], counter=counter)
+                            callbacks=[callback, stopper], counter=counter)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -174,8 +231,10 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
     callback.on_train_begin_hooks.append(verify_wrapping)
     started = time.perf_counter()
-    result = trainer.train()
+    result = trainer.train(resume_from_checkpoint=str(resume_from[0]) if resume_from else None)
     train_runtime = time.perf_counter() - started
+    if stopper.stopped_at is not None:
+        return stopped_early(out, stopper.stopped_at, is_main)
     evals = [r for r in callback.records if r["kind"] == "eval"]
     if not evals or evals[-1]["step"] != trainer.state.global_step:
         trainer.evaluate()
@@ -203,7 +262,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         "offload_applied": applied.get("offload_applied"), "activation_checkpointing": cfg.activation_checkpointing,
         "mesh": applied.get("mesh"), "fsdp_units": applied.get("fsdp_units"),
         "params_total": n_params, "params_local_per_rank": params_local,
-        "train_loss": round(float(result.training_loss), 6),
+        "train_loss": round(train_loss(result, trains, resume_from is not None), 6),
+        "resumed_from_step": resume_from[1] if resume_from else None,
         "eval_losses": [r["eval_loss"] for r in evals], "final_eval_loss": evals[-1]["eval_loss"],
         "train_samples_per_s": round(totals["samples"] / totals["seconds"], 3) if totals["seconds"] else None,
         "train_tokens_per_s": round(totals["tokens"] / totals["seconds"], 1) if totals["seconds"] else None,
@@ -229,6 +289,34 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         dist.barrier()
         dist.destroy_process_group()
     return summary
+
+
+def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> float:
+    """The mean training loss over all steps. After a resume the Trainer's own figure counts only the
+    resumed steps' losses (divided by all steps), so it is taken from the logged records instead,
+    each weighted by the steps it covers."""
+    if not resumed or not trains:
+        return float(result.training_loss)
+    total, last = 0.0, 0
+    for r in trains:
+        total += r["loss"] * (r["step"] - last)
+        last = r["step"]
+    return total / last if last else float(result.training_loss)
+
+
+def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
+    """Slurm's time-limit warning stopped the run at a checkpoint: say so, leave no summary (the run
+    did not finish), and let the batch script wait for the limit so the job ends as TIMEOUT."""
+    import torch.distributed as dist
+
+    info = {"status": "checkpointed", "step": step, "checkpoint": str(out / f"checkpoint-{step}"),
+            "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
+    if is_main:
+        print("WORKSHOP_CHECKPOINT " + json.dumps(info), flush=True)
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return info
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,6 +34,9 @@ def _guard(func):
         except FileNotFoundError as e:
             print(f"workshop: {e}", file=sys.stderr)
             return 2
+        except OSError as e:             # JobsDirError: a jobs folder the job could not write to
+            print(f"workshop: {e.strerror or e}", file=sys.stderr)
+            return 2
         except RuntimeError as e:        # SlurmError, or a resubmit of a job that still runs
             print(f"workshop: {e}", file=sys.stderr)
             return 1
@@ -54,11 +57,13 @@ def submit_main(argv: list[str]) -> int:
                    help="config field override, repeatable (e.g. --set batch_size=8)")
     p.add_argument("--name", default=None, help="job name (default workshop-<step>)")
     p.add_argument("--resubmit", action="store_true", help="submit again even if this exact job exists")
+    p.add_argument("--resume", action="store_true", help="submit this job again to continue from its latest "
+                   "checkpoint (after a TIMEOUT), keeping its run/ folder")
     p.add_argument("--wait", action="store_true", help="watch the job until it ends; exit 0 only if COMPLETED")
     p.add_argument("--jobs-dir", default="jobs")
     args = p.parse_args(argv)
     job = submit(args.step, profile=args.profile, overrides=parse_assignments(args.assignments),
-                 resubmit=args.resubmit, jobs_dir=args.jobs_dir, name=args.name)
+                 resubmit=args.resubmit, resume=args.resume, jobs_dir=args.jobs_dir, name=args.name)
     print(f"{job.job_id} {job.job_dir}", flush=True)
     if args.wait:
         state = job.wait()

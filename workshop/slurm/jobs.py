@@ -7,11 +7,14 @@ cell twice finds the job already submitted instead of queueing a duplicate.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
+import os
 import re
 import shutil
+import tempfile
 from collections import deque
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,6 +25,10 @@ from workshop.slurm import local_backend, slurm_backend
 from workshop.slurm.records import JobRecord, JobState, find_record, now
 from workshop.slurm.render import render
 from workshop.slurm.steps import check_fits, get_step, step_config
+
+# A job needs room for its log, run records and (with checkpointing) more; below this, refuse to submit
+# rather than have a job die on its first write, or lose the log that says why.
+MIN_FREE_MB = 64
 
 STEP_LINE = re.compile(r"\[workshop\] step (\d+)/(\d+)")
 # "[rank0]: workshop.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
@@ -154,17 +161,20 @@ class Job:
 
 def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
     """Short hash of what makes two submissions the same job."""
-    payload = {"step": step, "config": {k: v for k, v in config.to_dict().items() if k != "output_dir"},
+    # output_dir is the job folder itself; resume continues the same job, it is not another one
+    payload = {"step": step, "config": {k: v for k, v in config.to_dict().items() if k not in ("output_dir", "resume")},
                "profile": [profile.name, profile.digest], "name": name}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def submit(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
-           overrides: Mapping[str, Any] | None = None, resubmit: bool = False, jobs_dir: str | Path = "jobs",
-           name: str | None = None) -> Job:
+           overrides: Mapping[str, Any] | None = None, resubmit: bool = False, resume: bool = False,
+           jobs_dir: str | Path = "jobs", name: str | None = None) -> Job:
     """Render and submit a course step; returns the existing Job when this exact one was submitted.
 
     `config=None` takes the step's config on this site (step defaults < profile < `overrides`).
+    `resubmit` starts the job over (the old run/ is kept as run-<old id>/); `resume` submits it again
+    into the same folder, keeping run/, to continue from its latest checkpoint (after a TIMEOUT).
     """
     get_step(step)
     prof = load_profile(profile)
@@ -176,22 +186,25 @@ def submit(step: str, config: RunConfig | None = None, profile: str | Path | Pro
     job_name = name or f"workshop-{step}"
     jobs_root = Path(jobs_dir).resolve()
     job_dir = jobs_root / f"{step}-{job_key(step, cfg, prof, job_name)}"
-    cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run")})
+    cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run"), "resume": resume or cfg.resume})
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
+    check_writable(jobs_root)
 
     job_dir.mkdir(parents=True, exist_ok=True)
     with open(job_dir / ".submit.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)      # two cells (or kernels) submitting at once: one job
         history: list[dict[str, Any]] = []
+        if cfg.resume:
+            _check_resumable(job_dir)
         if (job_dir / "job.json").is_file():
             old = JobRecord.load(job_dir)
-            if not resubmit:
+            if not (resubmit or cfg.resume):
                 return Job(old)
             if not Job(old).state().finished:
                 raise RuntimeError(f"job {old.job_id} in {job_dir} is still {old.state}: cancel it first "
                                    "(job.cancel() or `workshop cancel`), or wait for it, then resubmit")
             history = old.history + [{"job_id": old.job_id, "state": old.state, "submitted_at": old.submitted_at}]
-            if old.run_dir.exists():
+            if old.run_dir.exists() and not cfg.resume:
                 shutil.move(str(old.run_dir), str(job_dir / f"run-{old.job_id}"))
         (job_dir / "job.sh").write_text(script)
         (job_dir / "job.sh").chmod(0o755)
@@ -207,6 +220,53 @@ def submit(step: str, config: RunConfig | None = None, profile: str | Path | Pro
             slurm_backend.POLLER.watch(rec.job_id)
         rec.save()
     return Job(rec)
+
+
+class JobsDirError(OSError):
+    """The jobs folder cannot take a job's files; the message names the folder and the fix."""
+
+
+def check_writable(jobs_root: Path, min_free_mb: int = MIN_FREE_MB) -> None:
+    """Refuse to submit into a folder the job could not write its log to: read-only, not ours, or full.
+
+    Writing is tried for real (a temporary file), because permission bits do not tell the whole
+    story: root may write anywhere by mode, yet not on a read-only or full filesystem.
+    """
+    folder = jobs_root
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    fix = (f"choose a jobs folder you can write to (jobs_dir=... / --jobs-dir), e.g. under $HOME or your "
+           f"scratch space, or fix this one (`ls -ld {folder}`, `df -h {folder}`)")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".workshop-write-test-")
+        try:
+            os.write(fd, b"x" * 4096)
+        finally:
+            os.close(fd)
+            os.unlink(tmp)
+    except OSError as e:
+        why = {errno.EACCES: "is not writable by you", errno.EPERM: "is not writable by you",
+               errno.EROFS: "is on a read-only filesystem", errno.ENOSPC: "is on a full disk",
+               errno.EDQUOT: "is over your disk quota"}.get(e.errno, f"cannot be written ({e.strerror})")
+        raise JobsDirError(e.errno, f"jobs folder {str(folder)!r} {why}: nothing was submitted. Fix: {fix}") from None
+    free_mb = shutil.disk_usage(folder).free / 2**20
+    if free_mb < min_free_mb:
+        raise JobsDirError(errno.ENOSPC, f"jobs folder {str(folder)!r} has {free_mb:.1f} MB free, less than the "
+                           f"{min_free_mb} MB a job's log and results need: nothing was submitted. Fix: free "
+                           f"space there (old jobs' checkpoints: `du -sh {folder}/*/run/checkpoint-*`), or {fix}")
+
+
+def _check_resumable(job_dir: Path) -> None:
+    """Refuse a resume that could only start over: no earlier job here, or no checkpoint in its run/."""
+    from workshop.train import latest_checkpoint
+
+    if not (job_dir / "job.json").is_file():
+        raise ConfigError("resume", f"there is no earlier job of this step and config in {str(job_dir)!r}",
+                          "submit it without resume first (the same step, config and profile)")
+    if latest_checkpoint(job_dir / "run") is None:
+        raise ConfigError("resume", f"the earlier job in {str(job_dir)!r} saved no checkpoint in run/",
+                          "resubmit it to start over (resubmit=True / --resubmit), with checkpoint_every=N, "
+                          "or on a profile with signal_lead_s, so that the next time limit leaves a checkpoint")
 
 
 __all__ = ["ConfigError", "Job", "JobState", "submit"]

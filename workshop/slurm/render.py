@@ -132,4 +132,6 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
         omp_threads=part.cpus_per_proc,
         step_line=shlex.quote(f"[job] step {step}: {shape}"),
         launch=launch,
+        # after a USR1 stop: Slurm ends the job within the lead plus one of its ~30 s limit checks
+        limit_wait_s=(profile.signal_lead_s or 60) + 60,
     )

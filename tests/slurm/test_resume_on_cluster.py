@@ -1,0 +1,86 @@
+"""Nothing lost on a real Slurm: a job warned of its time limit saves a checkpoint and ends TIMEOUT;
+its `--resume` submission continues in the same folder and ends COMPLETED.
+
+Slurm's shortest limit is one minute and it enforces limits on a ~30 s tick, so the warning is
+sent here with `scancel --batch --signal=USR1` (exactly what `--signal=B:USR1@LEAD` delivers: USR1
+to the batch shell only) once training is under way, rather than by a lead that would also stop
+the resumed job. The time limit itself is real: the first job ends TIMEOUT 60-90 s after it starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from workshop.profiles import PROFILES_DIR
+from workshop.slurm import JobState, slurm_backend, submit
+
+pytestmark = pytest.mark.slurm
+
+# 2 processes, FULL_SHARD: 6 steps an epoch over the ci profile's 24 examples, 8 epochs = 48 steps
+RUN = {"epochs": 8, "eval_generate": False}
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster):
+    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
+    os.environ.update(slurm_cluster.env)
+    old = slurm_backend.MIN_POLL_INTERVAL
+    slurm_backend.MIN_POLL_INTERVAL = 0.5
+    yield slurm_cluster
+    slurm_backend.MIN_POLL_INTERVAL = old
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def one_minute_profile(tmp_path: Path) -> Path:
+    """The ci profile with Slurm's shortest time limit."""
+    text = (PROFILES_DIR / "ci.toml").read_text().replace('time = "00:10:00"', 'time = "00:01:00"')
+    assert 'time = "00:01:00"' in text
+    path = tmp_path / "ci-1min.toml"
+    path.write_text(text.replace('name = "ci"', 'name = "ci-1min"'))
+    return path
+
+
+def test_timeout_leaves_a_checkpoint_and_resume_completes(cluster, one_minute_profile, tmp_path) -> None:
+    jobs_dir = cluster.shared / f"resume-{os.getpid()}-{int(time.time())}"
+    jobs_dir.mkdir(mode=0o1777)
+    t0 = time.monotonic()
+    job = submit("multi_gpu", profile=one_minute_profile, overrides=RUN, jobs_dir=jobs_dir)
+    assert "--time=00:01:00" in job.script
+    deadline = time.monotonic() + 60
+    while "[workshop] step 6/" not in job.tail(200):
+        assert time.monotonic() < deadline and not job.state().finished, job.tail(40)
+        time.sleep(0.5)
+    cluster.run("scancel", "--batch", "--signal=USR1", job.job_id)
+    state = job.wait(timeout=150, poll=1.0)
+    first_s = time.monotonic() - t0
+    log = job.tail(400)
+    assert state is JobState.TIMEOUT, log
+    assert cluster.job_record(job.job_id)["State"] == "TIMEOUT"
+    assert "[job] USR1 at" in log and "[job] stopped at a checkpoint" in log
+    info = json.loads(next(x for x in log.splitlines() if x.startswith("WORKSHOP_CHECKPOINT ")).split(" ", 1)[1])
+    step = info["step"]
+    assert 6 <= step < 48 and (job.run_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert job.summary() is None
+
+    t1 = time.monotonic()
+    again = submit("multi_gpu", profile=one_minute_profile, overrides=RUN, jobs_dir=jobs_dir, resume=True)
+    assert again.job_dir == job.job_dir and again.job_id != job.job_id
+    assert [h["job_id"] for h in again.record.history] == [job.job_id]
+    state = again.wait(timeout=120, poll=1.0)
+    second_s = time.monotonic() - t1
+    assert state is JobState.COMPLETED, again.tail(60)
+    summary = again.summary()
+    assert summary["steps"] == 48 and summary["resumed_from_step"] == step
+    assert len(summary["eval_losses"]) == 8               # one a epoch, across both jobs
+    print(f"\nTIMEOUT job {job.job_id}: stopped at step {step}/48, TIMEOUT after {first_s:.0f} s; "
+          f"resume job {again.job_id}: COMPLETED after {second_s:.0f} s")
