@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "diagnose": ("workshop.diagnose:main", "explain why a job failed and what to change"),
     "estimate": ("workshop.memory:main", "predict peak memory per GPU for a config"),
     "bench": ("workshop.bench:main", "benchmark the course configurations on one GPU"),
+    "verify": ("workshop.verify:main", "check submitted job logs against Slurm accounting and their digests"),
 }
 
 

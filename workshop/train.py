@@ -285,6 +285,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     if is_main:
         run_record.write_json(out / "summary.json", summary)
         print("WORKSHOP_SUMMARY " + json.dumps(summary), flush=True)
+        seal(out)
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -302,6 +303,21 @@ def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> floa
         total += r["loss"] * (r["step"] - last)
         last = r["step"]
     return total / last if last else float(result.training_loss)
+
+
+def seal(out: Path) -> dict[str, Any]:
+    """Write run/digest.json over this job's id, summary.json and metrics.jsonl, and print it as the
+    WORKSHOP_DIGEST line, so `workshop verify` can tell these numbers from edited ones. With the
+    site's secret WORKSHOP_DIGEST_KEY it is an HMAC a student cannot recompute; without, a plain
+    SHA-256 that only catches careless edits (see workshop/verify.py)."""
+    from workshop import verify
+
+    summary = json.loads((out / "summary.json").read_text())
+    sealed = verify.digest(os.environ.get("SLURM_JOB_ID", ""), summary, verify.read_metrics(out / "metrics.jsonl"),
+                           os.environ.get(verify.KEY_ENV) or None)
+    (out / "digest.json").write_text(json.dumps(sealed, indent=1) + "\n")
+    print("WORKSHOP_DIGEST " + json.dumps(sealed), flush=True)
+    return sealed
 
 
 def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:

@@ -1,0 +1,164 @@
+"""Nothing faked: `workshop verify` passes the jobs students really ran and flags each forgery with
+its reason, against the test cluster's real accounting (slurmdbd) and the jobs' own keyed digests.
+
+Two genuine jobs: alice's, run as root through the Python API, and bob's, run as the Unix user
+`student` through the CLI. Forgeries are built from copies of them, as a student would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workshop import verify
+from workshop.profiles import PROFILES_DIR
+from workshop.slurm import JobState, slurm_backend, submit
+
+pytestmark = pytest.mark.slurm
+
+KEY = "per-site-secret-of-the-test-cluster"
+TINY = {"train_size": 8, "eval_size": 4, "epochs": 1, "eval_generate": False, "batch_size": 4}
+USERS = "student,unix_user\nalice,root\nbob,student\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster):
+    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
+    os.environ.update(slurm_cluster.env)
+    old = slurm_backend.MIN_POLL_INTERVAL
+    slurm_backend.MIN_POLL_INTERVAL = 0.5
+    yield slurm_cluster
+    slurm_backend.MIN_POLL_INTERVAL = old
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def genuine(cluster) -> dict[str, Path]:
+    """{"alice": her job folder (ran as root), "bob": his (ran as student)}, both COMPLETED."""
+    base = cluster.shared / f"verify-{os.getpid()}-{int(time.time())}"
+    base.mkdir(mode=0o1777)
+    base.chmod(0o1777)
+    profile = base / "ci-keyed.toml"     # the key in a profile is for the test only (see workshop/verify.py)
+    profile.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
+        'GLOO_SOCKET_IFNAME = "lo"', f'GLOO_SOCKET_IFNAME = "lo"\nWORKSHOP_DIGEST_KEY = "{KEY}"'))
+    alice = submit("baseline", profile=profile, overrides=TINY, jobs_dir=base / "alice")
+    assert alice.wait(timeout=180, poll=0.5) is JobState.COMPLETED, alice.tail(40)
+
+    venv = base / "student-venv"          # as in test_jobs_on_cluster: an environment of student's own
+    cluster.run("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv), user="student", timeout=60)
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "workshop-under-test.pth").write_text(
+        f"{Path(__file__).resolve().parents[2]}\n{Path(sys.prefix) / site.relative_to(venv)}\n")
+    for name, entry in (("workshop", "workshop.cli"), ("torchrun", "torch.distributed.run")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{venv}/bin/python\nimport sys\nfrom {entry} import main\nsys.exit(main())\n")
+        script.chmod(0o755)
+    sets = [arg for k, v in TINY.items() for arg in ("--set", f"{k}={v}")]
+    proc = cluster.run(str(venv / "bin" / "workshop"), "submit", "baseline", "--profile", str(profile), *sets,
+                       "--jobs-dir", str(base / "bob"), "--wait", user="student", timeout=300)
+    bob = Path(proc.stdout.splitlines()[0].split(" ", 1)[1])
+    yield {"alice": alice.job_dir, "bob": bob}
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def hand_in(subs: Path, student: str, assignment: str, job_dir: Path) -> Path:
+    """Copy a job folder into a submission, as nbgrader collects it."""
+    dest = subs / student / assignment / "jobs" / job_dir.name
+    shutil.copytree(job_dir, dest, ignore=shutil.ignore_patterns(".submit.lock"))
+    return dest
+
+
+def run_verify(subs: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> tuple[int, dict]:
+    monkeypatch.setenv(verify.KEY_ENV, KEY)
+    users = subs / "users.csv"
+    users.write_text(USERS)
+    t0 = time.monotonic()
+    rc = verify.main([str(subs), "--user-map", str(users)])
+    out = capsys.readouterr().out
+    print(f"{out}\n(verify took {time.monotonic() - t0:.2f} s)")
+    verdicts = verify.verify(subs, verify.read_user_map(str(users)), KEY)
+    return rc, {(v.student, v.assignment): v for v in verdicts}
+
+
+def _log(job: Path) -> Path:
+    return next(job.glob("slurm-*.out"))
+
+
+def test_genuine_submissions_pass(genuine, tmp_path, capsys, monkeypatch) -> None:
+    hand_in(tmp_path, "alice", "a1", genuine["alice"])
+    hand_in(tmp_path, "bob", "a1", genuine["bob"])
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    assert rc == 0, {k: x.reasons for k, x in v.items()}
+    assert all(x.ok and x.digest for x in v.values())
+
+
+def test_edited_numbers_are_flagged(genuine, tmp_path, capsys, monkeypatch) -> None:
+    job = hand_in(tmp_path, "alice", "a1", genuine["alice"])
+    summary_path = job / "run" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    better = dict(summary, final_eval_loss=summary["final_eval_loss"] - 0.5)
+    summary_path.write_text(json.dumps(better, indent=1))
+    log = _log(job)
+    log.write_text(log.read_text().replace("WORKSHOP_SUMMARY " + json.dumps(summary), "WORKSHOP_SUMMARY " + json.dumps(better)))
+    # and a forger who re-seals by hand, without the site's key
+    job2 = hand_in(tmp_path, "bob", "a1", genuine["bob"])
+    s2 = json.loads((job2 / "run" / "summary.json").read_text())
+    s2["final_eval_loss"] -= 0.5
+    (job2 / "run" / "summary.json").write_text(json.dumps(s2))
+    forged = verify.digest(json.loads((job2 / "run" / "digest.json").read_text())["job_id"], s2,
+                           verify.read_metrics(job2 / "run" / "metrics.jsonl"))
+    (job2 / "run" / "digest.json").write_text(json.dumps(forged))
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    assert rc == 1
+    assert any("edited numbers" in r and "digest" in r for r in v["alice", "a1"].reasons)
+    assert any("unkeyed digest" in r for r in v["bob", "a1"].reasons)
+
+
+def test_another_students_log_is_flagged(genuine, tmp_path, capsys, monkeypatch) -> None:
+    hand_in(tmp_path, "bob", "a1", genuine["alice"])
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    assert rc == 1
+    assert any("ran as 'root', not as 'student'" in r for r in v["bob", "a1"].reasons)
+
+
+def test_a_job_id_that_never_ran_is_flagged(genuine, tmp_path, capsys, monkeypatch) -> None:
+    job = hand_in(tmp_path, "alice", "a1", genuine["alice"])
+    old = json.loads((job / "job.json").read_text())["job_id"]
+    fake = "987654"
+    record = json.loads((job / "job.json").read_text())
+    (job / "job.json").write_text(json.dumps(dict(record, job_id=fake)))
+    _log(job).rename(job / f"slurm-{fake}.out")
+    log = job / f"slurm-{fake}.out"
+    log.write_text(log.read_text().replace(f"[job] id {old} ", f"[job] id {fake} "))
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    assert rc == 1
+    assert any("never ran" in r for r in v["alice", "a1"].reasons)
+
+
+def test_the_same_log_in_two_submissions_is_flagged(genuine, tmp_path, capsys, monkeypatch) -> None:
+    hand_in(tmp_path, "alice", "a1", genuine["alice"])
+    hand_in(tmp_path, "alice", "a2", genuine["alice"])      # one run handed in for two assignments
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    assert rc == 1
+    assert any("also in alice/a2" in r for r in v["alice", "a1"].reasons)
+    assert any("also in alice/a1" in r for r in v["alice", "a2"].reasons)
+
+
+def test_a_log_whose_times_are_not_the_job_s_is_flagged(genuine, tmp_path, capsys, monkeypatch) -> None:
+    job = hand_in(tmp_path, "alice", "a1", genuine["alice"])
+    log = _log(job)
+    lines = log.read_text().splitlines(keepends=True)
+    log.write_text("".join("[job] end 2020-01-01T00:00:00+00:00\n" if x.startswith("[job] end ") else x for x in lines))
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    assert rc == 1
+    assert any("Slurm ended the job at" in r for r in v["alice", "a1"].reasons)
