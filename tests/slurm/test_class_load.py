@@ -1,0 +1,145 @@
+"""A class at once: N students' notebooks watching their jobs cost Slurm at most one query per 10 s
+each, and none of them misses its job's state change.
+
+One process per simulated student (as the dedicated Unix user `watcher`), each watching its own
+job through workshop's real Slurm backend and its shared, rate-limited POLLER, with the real
+intervals (10 s minimum, backing off to 30 s), for a bounded time. The issue asks for 100 watchers
+for 2 minutes; on this project's 2-core CI machines the default is 20 watchers for 60 s
+(WORKSHOP_CLASS_WATCHERS, WORKSHOP_CLASS_SECONDS raise it). The test cluster has 8 job slots
+(2 nodes x 4 CPUs): the first 8 jobs run (`sleep`), the rest wait held in the queue and are
+cancelled, like most of a class queueing behind the first students. So each watcher must see
+RUNNING -> COMPLETED or PENDING -> CANCELLED.
+
+The load is read from the daemons, before and after: `sdiag` (slurmctld's RPCs) and
+`sacctmgr show stats` (slurmdbd's: the poller asks sacct, which talks to slurmdbd), by user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slurm
+
+WATCHERS = int(os.environ.get("WORKSHOP_CLASS_WATCHERS", "20"))
+SECONDS = float(os.environ.get("WORKSHOP_CLASS_SECONDS", "60"))
+SLOTS = 8
+USER = "watcher"
+REPO = Path(__file__).resolve().parents[2]
+MIN_POLL_INTERVAL = 10.0      # workshop.slurm.slurm_backend's, not lowered here
+MAX_POLL_INTERVAL = 30.0
+
+# One student's notebook: watch the job as a progress widget would (a state() call every 0.5 s).
+WATCHER = """
+import json, sys, time
+from workshop.slurm import slurm_backend
+from workshop.slurm.jobs import Job
+from workshop.slurm.records import JobRecord
+job_id, seconds, out, job_dir = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4]
+calls, seen = [], []
+real = slurm_backend.run
+def counted(cmd, cwd=None):
+    calls.append([round(time.monotonic() - t0, 2), cmd[0]])
+    return real(cmd, cwd)
+slurm_backend.run = counted
+job = Job(JobRecord(job_id=job_id, backend="slurm", step="baseline", profile="ci", name="watch", job_dir=job_dir))
+t0 = time.monotonic()
+while time.monotonic() - t0 < seconds:
+    state = job.state().value
+    if not seen or seen[-1][1] != state:
+        seen.append([round(time.monotonic() - t0, 1), state])
+    time.sleep(0.5)
+json.dump({"job": job_id, "calls": calls, "seen": seen}, open(out, "w"))
+"""
+
+
+def user_rpcs(text: str, user: str) -> int:
+    """The RPC count of `user` in sdiag's or sacctmgr's 'statistics by user' section."""
+    section = text.split("statistics by user", 1)[-1]
+    m = re.search(rf"^\s*{re.escape(user)}\s+\(\s*\d+\)\s+count:(\d+)", section, re.M)
+    return int(m.group(1)) if m else 0
+
+
+@pytest.fixture(scope="module")
+def watcher_user(slurm_cluster) -> str:
+    """A Unix and Slurm user of its own, so the daemons' per-user counts are this test's alone."""
+    if os.geteuid() != 0:
+        pytest.skip("creating the watcher user needs root")
+    if subprocess.run(["id", USER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/bash", USER], check=True)
+    assoc = slurm_cluster.run("sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={USER}", "format=user").stdout
+    if USER not in assoc.split():
+        account = slurm_cluster.run("sacctmgr", "-n", "-P", "show", "account", "format=account").stdout.split()[0]
+        slurm_cluster.run("sacctmgr", "-i", "add", "user", USER, f"account={account}")
+        time.sleep(1.0)
+    return USER
+
+
+def test_a_class_of_watchers_stays_within_one_query_per_10s_each(slurm_cluster, watcher_user) -> None:
+    cluster = slurm_cluster
+    n, seconds = WATCHERS, SECONDS
+    sleep_s = int(seconds - MAX_POLL_INTERVAL - 2)       # ends early enough to be seen ending
+    assert sleep_s >= 2 * MIN_POLL_INTERVAL, "WORKSHOP_CLASS_SECONDS must be at least 52"
+    base = cluster.shared / f"class-{os.getpid()}-{int(time.time())}"
+    base.mkdir(mode=0o1777)
+    base.chmod(0o1777)
+    jobs: list[str] = []
+    for i in range(n):
+        folder = base / f"s{i:03d}"
+        folder.mkdir(mode=0o1777)
+        folder.chmod(0o1777)
+        held = ["--hold"] if i >= SLOTS else []
+        jobs.append(cluster.sbatch("--job-name", f"class-{i}", *held, "--output", str(folder / "slurm-%j.out"),
+                                   "--time", "5", "--wrap", f"sleep {sleep_s}", user=watcher_user))
+    running, queued = jobs[:SLOTS], jobs[SLOTS:]
+    try:
+        for j in running:
+            cluster.wait_running(j, timeout=30)
+        ctld_before = cluster.run("sdiag").stdout
+        dbd_before = cluster.run("sacctmgr", "show", "stats").stdout
+        env = dict(cluster.env, PYTHONPATH=str(REPO))
+        t0 = time.monotonic()
+        procs = [subprocess.Popen(["runuser", "-u", watcher_user, "--", "/usr/bin/python3", "-c", WATCHER, j,
+                                   str(seconds), str(base / f"s{i:03d}" / "watch.json"), str(base / f"s{i:03d}")],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for i, j in enumerate(jobs)]
+        time.sleep(max(0.0, sleep_s - (time.monotonic() - t0)))
+        if queued:
+            cluster.run("scancel", *queued)               # the queue gives up as the running jobs end
+        outs = [p.communicate(timeout=seconds + 60) for p in procs]
+        wall = time.monotonic() - t0
+        ctld_after = cluster.run("sdiag").stdout
+        dbd_after = cluster.run("sacctmgr", "show", "stats").stdout
+    finally:
+        cluster.run("scancel", "-u", watcher_user, check=False)
+    assert all(p.returncode == 0 for p in procs), [e[-800:] for _, e in outs if e]
+    results = [json.loads((base / f"s{i:03d}" / "watch.json").read_text()) for i in range(n)]
+
+    ctld = user_rpcs(ctld_after, watcher_user) - user_rpcs(ctld_before, watcher_user)
+    dbd = user_rpcs(dbd_after, watcher_user) - user_rpcs(dbd_before, watcher_user)
+    queries = sum(len(r["calls"]) for r in results)
+    per_watcher_cap = int(seconds // MIN_POLL_INTERVAL) + 1
+    per_query_dbd = dbd / queries if queries else 0.0
+    print(f"\nclass load: {n} watchers x {seconds:.0f} s (issue: 100 x 120 s; scaled for 2-core CI), "
+          f"{len(running)} jobs running, {len(queued)} queued; wall {wall:.0f} s\n"
+          f"  helper Slurm queries: {queries} in all, max {max(len(r['calls']) for r in results)} per watcher "
+          f"(cap {per_watcher_cap} = one per {MIN_POLL_INTERVAL:.0f} s); "
+          f"{queries / n / (seconds / 60):.2f} per watcher-minute\n"
+          f"  slurmctld RPCs from {watcher_user} (sdiag): {ctld}; slurmdbd RPCs from {watcher_user} "
+          f"(sacctmgr show stats): {dbd} ({per_query_dbd:.1f} per sacct query)")
+
+    for r in results:
+        calls = [c[0] for c in r["calls"]]
+        assert len(calls) <= per_watcher_cap, r
+        assert all(b - a >= MIN_POLL_INTERVAL - 0.05 for a, b in zip(calls, calls[1:])), r
+        states = [s for _, s in r["seen"]]
+        expected = ["RUNNING", "COMPLETED"] if r["job"] in running else ["PENDING", "CANCELLED"]
+        assert states == expected, r                       # no state change missed, none invented
+    assert ctld <= n * per_watcher_cap
+    assert dbd <= 4 * queries                             # sacct: connect, one jobs query, close (+stats)
