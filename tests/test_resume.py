@@ -111,3 +111,15 @@ def test_checkpoint_fields_are_validated() -> None:
     assert e.value.field == "checkpoint_every"
     assert load_config(overrides={"checkpoint_every": "20", "resume": "yes"}).resume is True
     assert RunConfig().checkpoint_every == 0
+
+
+def test_resume_is_the_same_job_and_needs_an_earlier_one_with_a_checkpoint(tmp_path: Path) -> None:
+    from workshop.profiles import load_profile
+    from workshop.slurm import job_key, submit
+
+    prof = load_profile("local")
+    cfg = RunConfig(train_size=8, eval_size=4)
+    assert job_key("baseline", cfg, prof, "n") == job_key("baseline", cfg.replace(resume=True), prof, "n")
+    with pytest.raises(ConfigError, match="no earlier job") as e:
+        submit("baseline", profile="local", overrides={"train_size": 8}, jobs_dir=tmp_path / "jobs", resume=True)
+    assert e.value.field == "resume"
