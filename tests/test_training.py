@@ -105,7 +105,7 @@ def test_a_job_log_alone_says_what_ran_and_predicts_its_memory(runs: RunCache) -
     assert parsed.config["sharding"] == "full_shard" and parsed.config["world_size"] == 2
     assert sorted(f.rank for f in parsed.rank_facts) == [0, 1]
     table = strategies_table([run.out_dir / "job.log"])
-    assert table.loc[0, "predicted_mem_mb"] > 0
+    assert table.iloc[0]["predicted_mem_mb"] > 0
 
 
 def test_one_process_without_sharding_is_a_plain_model(runs: RunCache) -> None:
