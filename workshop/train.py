@@ -245,8 +245,11 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
                                  synced=synced)
     params_local = _all_gather(applied.get("params_local"))
-    print(f"[workshop rank {rank} host {run_record.node_name()}] params_local={applied.get('params_local')} "
-          f"of {n_params} ({applied.get('wrapper')})", flush=True)
+    if is_main:
+        # one writer: lines from several ranks into one pipe can splice into rank 0's long lines
+        for r, (host, local) in enumerate(zip(hosts, params_local)):
+            print(f"[workshop rank {r} host {host}] params_local={local} of {n_params} ({applied.get('wrapper')})",
+                  flush=True)
     trains = [r for r in callback.records if r["kind"] == "train"]
     totals = counter.totals
     peaks = [r["peak_mem_mb_per_rank"] for r in trains]
