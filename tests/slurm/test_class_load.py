@@ -139,7 +139,11 @@ def test_a_class_of_watchers_stays_within_one_query_per_10s_each(slurm_cluster, 
         assert len(calls) <= per_watcher_cap, r
         assert all(b - a >= MIN_POLL_INTERVAL - 0.05 for a, b in zip(calls, calls[1:])), r
         states = [s for _, s in r["seen"]]
-        expected = ["RUNNING", "COMPLETED"] if r["job"] in running else ["PENDING", "CANCELLED"]
-        assert states == expected, r                       # no state change missed, none invented
+        if r["job"] in running:
+            # accounting (sacct, via slurmdbd) may still say PENDING a moment after slurmctld started it
+            expected = [["RUNNING", "COMPLETED"], ["PENDING", "RUNNING", "COMPLETED"]]
+        else:
+            expected = [["PENDING", "CANCELLED"]]
+        assert states in expected, r                       # no state change missed, none invented
     assert ctld <= n * per_watcher_cap
     assert dbd <= 4 * queries                             # sacct: connect, one jobs query, close (+stats)
