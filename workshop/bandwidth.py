@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import socket
 import sys
 import time
 from datetime import timedelta

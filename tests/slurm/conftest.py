@@ -150,3 +150,21 @@ def slurm_cluster():
     yield cluster
     if os.environ.get("WORKSHOP_SLURM_TEARDOWN") == "1":
         _script("down", timeout=120)
+
+
+@pytest.fixture(scope="module")
+def cluster(slurm_cluster):
+    """The cluster, this process pointed at it (SLURM_CONF...), and a poller fast enough for tests."""
+    from workshop.slurm import slurm_backend
+
+    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
+    os.environ.update(slurm_cluster.env)
+    old = slurm_backend.MIN_POLL_INTERVAL
+    slurm_backend.MIN_POLL_INTERVAL = 0.5
+    yield slurm_cluster
+    slurm_backend.MIN_POLL_INTERVAL = old
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

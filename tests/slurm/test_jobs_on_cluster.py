@@ -23,19 +23,9 @@ TIMINGS: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def cluster(slurm_cluster):
-    """The cluster, this process pointed at it, and a poller fast enough for tests."""
-    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
-    os.environ.update(slurm_cluster.env)
-    old = slurm_backend.MIN_POLL_INTERVAL
-    slurm_backend.MIN_POLL_INTERVAL = 0.5
-    yield slurm_cluster
-    slurm_backend.MIN_POLL_INTERVAL = old
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
+def cluster(cluster):
+    """The shared `cluster` fixture (tests/slurm/conftest.py), printing the measured timings at the end."""
+    yield cluster
     for name, secs in TIMINGS.items():
         print(f"submit -> final state: {name}: {secs:.1f} s")
 

@@ -17,27 +17,12 @@ from pathlib import Path
 import pytest
 
 from workshop.profiles import PROFILES_DIR
-from workshop.slurm import JobState, slurm_backend, submit
+from workshop.slurm import JobState, submit
 
 pytestmark = pytest.mark.slurm
 
 # 2 processes, FULL_SHARD: 6 steps an epoch over the ci profile's 24 examples, 8 epochs = 48 steps
 RUN = {"epochs": 8, "eval_generate": False}
-
-
-@pytest.fixture(scope="module")
-def cluster(slurm_cluster):
-    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
-    os.environ.update(slurm_cluster.env)
-    old = slurm_backend.MIN_POLL_INTERVAL
-    slurm_backend.MIN_POLL_INTERVAL = 0.5
-    yield slurm_cluster
-    slurm_backend.MIN_POLL_INTERVAL = old
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture

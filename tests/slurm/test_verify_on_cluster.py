@@ -18,28 +18,13 @@ import pytest
 
 from workshop import verify
 from workshop.profiles import PROFILES_DIR
-from workshop.slurm import JobState, slurm_backend, submit
+from workshop.slurm import JobState, submit
 
 pytestmark = pytest.mark.slurm
 
 KEY = "per-site-secret-of-the-test-cluster"
 TINY = {"train_size": 8, "eval_size": 4, "epochs": 1, "eval_generate": False, "batch_size": 4}
 USERS = "student,unix_user\nalice,root\nbob,student\n"
-
-
-@pytest.fixture(scope="module")
-def cluster(slurm_cluster):
-    saved = {k: os.environ.get(k) for k in slurm_cluster.env}
-    os.environ.update(slurm_cluster.env)
-    old = slurm_backend.MIN_POLL_INTERVAL
-    slurm_backend.MIN_POLL_INTERVAL = 0.5
-    yield slurm_cluster
-    slurm_backend.MIN_POLL_INTERVAL = old
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
 
 
 @pytest.fixture(scope="module")
