@@ -42,6 +42,10 @@ def test_timeout_leaves_a_checkpoint_and_resume_completes(cluster, one_minute_pr
     job = submit("multi_gpu", profile=one_minute_profile, overrides=RUN, jobs_dir=jobs_dir)
     assert "--time=00:01:00" in job.script
     deadline = time.monotonic() + 60
+    while job.state() is JobState.PENDING:                # an earlier test's jobs may still be ending
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.5)
+    deadline = time.monotonic() + 60                      # its time limit: step 6 must come within it
     while "[workshop] step 6/" not in job.tail(200):
         assert time.monotonic() < deadline and not job.state().finished, job.tail(40)
         time.sleep(0.5)
