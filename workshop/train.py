@@ -289,6 +289,13 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         run_record.write_json(out / "summary.json", summary)
         print("WORKSHOP_SUMMARY " + json.dumps(summary), flush=True)
         seal(out)
+    # Release the wrapped model (and any gloo work it still references) while the interpreter is
+    # fully alive: freed during interpreter shutdown instead, gloo's worker threads can abort the
+    # process (SIGABRT) after a run that completed.
+    del trainer, model
+    import gc
+
+    gc.collect()
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -352,5 +359,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def exit_after_run(code: int) -> None:
+    """Exit a launched training process without interpreter finalization once the run is written.
+
+    Seen here with torch 2.13 + gloo (1 in ~50 runs): after summary.json, digest.json and
+    destroy_process_group, a rank still aborted in interpreter shutdown ("terminate called without
+    an active exception", SIGABRT), so Slurm marked a completed job FAILED. Known upstream: gloo
+    worker threads can outlive the Python objects they hold (pytorch/pytorch#179291). Everything a
+    run leaves is written and flushed first; W&B, if used, is finished explicitly.
+    """
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_after_run(main())
