@@ -15,5 +15,8 @@ c.CourseDirectory.db_url = "sqlite:///gradebook.db"   # kept out of git
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".*"]
 # grading only reads saved logs, but the first cell imports torch and transformers
 c.Execute.timeout = 120
+# Autograde runs in the course environment that runs `workshop.grade`: its own python3 kernel, whatever
+# kernel the notebook opens with for students ("fsdp-workshop", set by workshop/release.py).
+c.Execute.kernel_name = "python3"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -20,5 +21,7 @@ def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from workshop.course import main
 
     out = tmp_path_factory.mktemp("course") / "results"
-    assert main(["--output", str(out), "--profile", "local"]) == 0
+    # WORKSHOP_TEST_ONLY=02 runs just that notebook, for work on one notebook (select its tests with -k)
+    only = os.environ.get("WORKSHOP_TEST_ONLY", "")
+    assert main(["--output", str(out), "--profile", "local", *(["--only", only] if only else [])]) == 0
     return out

@@ -79,3 +79,12 @@ def append_to_cell(nb: nbformat.NotebookNode, grade_id: str, line: str) -> None:
             cell.source = cell.source + "\n" + line
             return
     raise KeyError(grade_id)
+
+
+def insert_cell_after(nb: nbformat.NotebookNode, grade_id: str, source: str) -> None:
+    """A new code cell (no nbgrader metadata, as a student adds one) right after the cell `grade_id`."""
+    for i, cell in enumerate(nb.cells):
+        if cell.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id:
+            nb.cells.insert(i + 1, nbformat.v4.new_code_cell(source))
+            return
+    raise KeyError(grade_id)

@@ -27,6 +27,7 @@ class Run:
     out_dir: Path
     log: str
     returncode: int
+    node_logs: tuple[str, ...] = ()  # each launcher's (node's) own output, in launch order
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -60,8 +61,10 @@ def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, time
         launchers = [[*TORCHRUN, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
                       "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
                       "-m", "workshop.train", *train_flags] for _ in range(nnodes)]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
-             for cmd in launchers]
+    # several "nodes" on this machine: each launcher is named as Slurm names a node (node_name())
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**clean_env(), **({"SLURMD_NODENAME": f"node{i + 1}"} if nnodes > 1 else {})})
+             for i, cmd in enumerate(launchers)]
     logs, codes = [], []
     for p in procs:
         out, _ = p.communicate(timeout=timeout)
@@ -69,7 +72,7 @@ def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, time
         codes.append(p.returncode)
     log = "\n".join(logs)
     (out_dir / "job.log").write_text(log)
-    return Run(out_dir, log, max(codes))
+    return Run(out_dir, log, max(codes), tuple(logs))
 
 
 class RunCache:

@@ -58,6 +58,11 @@ def test_three_gloo_ranks_print_nccl_tests_table_with_right_numbers():
             assert wrong == "0"
     assert "# Out of bounds values : 0 OK" in lines
     assert any(line.startswith("# Avg bus bandwidth    : ") for line in lines)
+    # the gate's figure: the best bus bandwidth of the largest message, in GB/s
+    gate = next(line for line in lines if line.startswith("# Large-message busbw  : "))
+    largest = rows[-1]
+    assert gate.endswith(f" GB/s at {largest[0]} B (the gate's figure)")
+    assert float(gate.split(":")[1].split()[0]) == pytest.approx(max(float(largest[7]), float(largest[11])), abs=0.011)
     assert f"# Hosts                : 1 ({host}), 3 ranks, backend gloo" in lines
     assert lines[-1] == "# PASSED"
 
@@ -66,7 +71,9 @@ def test_gate_fails_when_bandwidth_is_too_low_or_a_node_is_missing():
     proc = run_bandwidth(2, "--min-busbw", "1000000", "--expect-nodes", "2")
     assert proc.returncode != 0
     assert "# FAILED: expected 2 node(s), but the ranks ran on 1 host(s)" in proc.stdout
-    assert "is below the site's minimum 1e+06 GB/s" in proc.stdout
+    largest = sizes(8, 64 * 1024, 4)[-1]                              # the largest message, not the average
+    assert f"# FAILED: bus bandwidth at {largest} B is " in proc.stdout
+    assert "GB/s, below the site's minimum 1e+06 GB/s" in proc.stdout
 
 
 def test_without_torchrun_it_says_how_to_launch_it():

@@ -68,7 +68,9 @@ def test_memory_prediction_column_is_present(smoke: tuple[int, Path]) -> None:
         assert pred["total_mb"] > 0 and "activations" in pred["components_mb"]
         # predicted at the widest batch trained on: the longest of the examples the run used
         assert pred["seq_len"] == max(result["lengths"]["lengths"][:row["config"]["train_size"]])
-        assert row["mem_kind"] == "rss" and row["memory_rel_error"] is None  # RSS is not what the model predicts
+        # on a CPU the tensor peak of one measured step (tests/test_memory.py checks the model against it);
+        # the benchmark compares the model with the CUDA allocator only
+        assert row["mem_kind"] == "tensor" and row["memory_rel_error"] is None
     md = next((root / "out").glob("*.md")).read_text()
     assert "| predicted MB |" in md
 

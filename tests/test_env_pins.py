@@ -125,7 +125,7 @@ def test_register_kernel_writes_a_spec_for_this_python(tmp_path: Path) -> None:
     assert spec["argv"][0] == sys.executable
     assert "ipykernel_launcher" in spec["argv"]
     assert spec["display_name"] == "FSDP workshop (bloom_env)"
-    assert spec["env"] == {"WORKSHOP_PROFILE": "example-hpc", "HF_HOME": "/scratch/${USER}/hf_home",
+    assert spec["env"] == {"WORKSHOP_PROFILE": "example-hpc", "HF_HOME": "/shared/fsdp-workshop/hf_home",
                            "WANDB_MODE": "offline"}
 
 

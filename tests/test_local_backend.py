@@ -51,7 +51,7 @@ def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, 
     t0 = time.monotonic()
     job = submit("bandwidth", profile="local", overrides={"procs_per_node": 1, "sharding": "none"}, jobs_dir=jobs)
     assert job.job_id.startswith("local-")
-    assert job.state() in (JobState.RUNNING, JobState.COMPLETED)
+    assert job.state() in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED)   # queued for a core first
     assert job.wait(timeout=120, poll=0.2) is JobState.COMPLETED, job.tail()
     print(f"local bandwidth job: submit -> COMPLETED in {time.monotonic() - t0:.1f} s")
     log = job.tail(100)
@@ -70,8 +70,9 @@ def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, 
     assert by_dir.state() is by_id.state() is JobState.COMPLETED
     assert json.loads((job.job_dir / "job.json").read_text())["state"] == "COMPLETED"
 
-    watch._widget_view(job)(JobState.COMPLETED, 3.0)   # the notebook view builds (display() prints its repr here)
-    assert "IntProgress" in capsys.readouterr().out
+    view = watch._widget_view({"bandwidth": job})   # the notebook view builds (display() prints its repr here)
+    view({"bandwidth": JobState.COMPLETED}, "")
+    assert "HTML" in capsys.readouterr().out
     assert status_main([job.job_id, "--jobs-dir", str(jobs)]) == 0
     assert logs_main([str(job.job_dir), "-n", "2"]) == 0
     out = capsys.readouterr().out
@@ -85,7 +86,7 @@ def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, 
 
 
 def test_failing_job_is_failed_with_the_reason(tmp_path):
-    prof = site(tmp_path, "strict", "[bandwidth]\nmin_busbw_gbps = 1000000.0")
+    prof = site(tmp_path, "strict", "[bandwidth]\nmin_busbw_GBps = 1000000.0")
     job = submit("bandwidth", profile=prof, overrides={"procs_per_node": 1, "sharding": "none"},
                  jobs_dir=tmp_path / "jobs")
     assert job.wait(timeout=120, poll=0.2) is JobState.FAILED
@@ -99,17 +100,21 @@ def test_long_job_is_cancelled_with_all_its_processes(tmp_path):
     text = prof.read_text().replace('python_env = "current"', 'python_env = "current"\nsetup = ["sleep 300 & wait"]')
     prof.write_text(text)
     job = submit("baseline", profile=prof, jobs_dir=tmp_path / "jobs")
-    deadline = time.monotonic() + 10
-    while not any("sleep" in p for p in live_processes_in_group(job.record.pid)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert job.state() is JobState.RUNNING
-    forget_children()                                     # cancel from a "restarted kernel"
-    reloaded = Job.load(job.job_dir)
-    assert reloaded.state() is JobState.RUNNING
-    assert reloaded.cancel() is JobState.CANCELLED
-    time.sleep(0.3)
-    assert live_processes_in_group(job.record.pid) == []       # bash, and the sleep it started, are gone
-    assert Job.load(job.job_dir).state() is JobState.CANCELLED
+    try:
+        deadline = time.monotonic() + 10
+        while not any("sleep" in p for p in live_processes_in_group(job.record.pid)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert job.state() is JobState.RUNNING
+        forget_children()                                     # cancel from a "restarted kernel"
+        reloaded = Job.load(job.job_dir)
+        assert reloaded.state() is JobState.RUNNING
+        assert reloaded.cancel() is JobState.CANCELLED
+        time.sleep(0.3)
+        assert live_processes_in_group(job.record.pid) == []       # bash, and the sleep it started, are gone
+        assert Job.load(job.job_dir).state() is JobState.CANCELLED
+    finally:
+        # a failed assertion must not leave a 300 s job holding a core of the machine's shared queue
+        Job.load(job.job_dir).cancel()
 
 
 def test_bad_config_is_refused_before_anything_is_written(tmp_path):

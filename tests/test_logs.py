@@ -70,18 +70,18 @@ def test_per_rank_facts_are_kept_per_rank_but_records_deduplicated() -> None:
 def test_nccl_tests_table_with_in_place_columns() -> None:
     bw = parse_log(LOGS / "nccl_tests_all_reduce_perf.log").bandwidth
     assert bw is not None
-    assert len(bw.rows) == 6 and bw.avg_busbw_gbps == 11.0256
+    assert len(bw.rows) == 6 and bw.avg_busbw_GBps == 11.0256
     last = bw.rows[-1]
-    assert (last.size_bytes, last.count, last.dtype, last.busbw_gbps, last.inplace_busbw_gbps) == (
+    assert (last.size_bytes, last.count, last.dtype, last.busbw_GBps, last.inplace_busbw_GBps) == (
         134217728, 33554432, "float", 26.32, 26.34)
     assert bw.n_ranks == 4 and bw.hosts == ["n1", "n1", "n2", "n2"]
-    assert bw.max_busbw_gbps == 26.34
+    assert bw.max_busbw_GBps == 26.34
 
 
 def test_real_bandwidth_self_test_logs() -> None:
     ok = parse_log(LOGS / "real_bandwidth_pass_2proc.log").bandwidth
     assert ok.passed is True and ok.failures == [] and ok.n_ranks == 2 and ok.n_nodes == 1
-    assert len(ok.rows) == 9 and ok.rows[0].inplace_time_us is not None and ok.avg_busbw_gbps == 0.07
+    assert len(ok.rows) == 9 and ok.rows[0].inplace_time_us is not None and ok.avg_busbw_GBps == 0.07
     bad = parse_log(LOGS / "real_bandwidth_gate_failed_2proc.log").bandwidth
     assert bad.passed is False and "below the site's minimum 1000 GB/s" in bad.failures[0]
 
@@ -91,7 +91,7 @@ def test_our_bandwidth_table_out_of_place_only_and_na() -> None:
             "  1048576  262144  float  sum  -1  100.0  10.49  15.73  N/A\n"
             "# Avg bus bandwidth : 15.73\n")
     bw = parse_text(text).bandwidth
-    assert bw.rows[0].busbw_gbps == 15.73 and bw.rows[0].wrong is None and bw.rows[0].inplace_time_us is None
+    assert bw.rows[0].busbw_GBps == 15.73 and bw.rows[0].wrong is None and bw.rows[0].inplace_time_us is None
 
 
 def test_slurm_messages() -> None:

@@ -39,32 +39,35 @@ def test_profiles_count_what_transformers_builds() -> None:
 
 def test_none_bf16_batch8_seq512_by_hand() -> None:
     bd = estimate("bloom-560m", "none", 1, "bf16", batch_size=8, max_length=512)
-    assert bd.master_weights == 4 * P560 == 2_236_858_368  # fp32 parameters = master weights
-    assert bd.params == 2 * P560 == 1_118_429_184  # autocast's bf16 copies
-    assert bd.grads == 4 * P560  # fp32 gradients
+    assert bd.params == bd.grads == 4 * P560 == 2_236_858_368  # fp32 parameters and gradients
     assert bd.optimizer == 8 * P560 == 4_473_716_736  # AdamW exp_avg + exp_avg_sq, fp32
-    assert bd.gather_buffer == bd.comm_buffers == 0
-    # per layer: s·b·h·(34 + 5·a·s/h) = 512·8·1024·(34 + 5·16·512/1024) = 4,194,304·74 = 310,378,496
-    assert bd.activations == 24 * 310_378_496 == 7_449_083_904
-    # logits: fp32 logits + their gradient = 2·b·s·V·4 = 2·8·512·250880·4
-    assert bd.logits == 8_220_835_840
-    # 2,236,858,368 + 1,118,429,184 + 2,236,858,368 + 4,473,716,736 + 7,449,083,904 + 8,220,835,840
-    assert bd.total == 25_735_782_400
-    assert round(bd.total_mb) == 24_544
+    x, h, V, a, L = 8 * 512, 1024, 250880, 16, 24
+    # per block: 36 bytes per x·h + 6 per score element (fp32 softmax + bf16 copy) + bf16 casts of 12h² weights
+    block = 36 * x * h + 6 * 8 * a * 512 * 512 + 2 * 12 * h * h
+    assert block == 150_994_944 + 201_326_592 + 25_165_824
+    # outside the blocks: 14·x·h + 64·x + logits 10·x·V (bf16 logits, fp32 upcast, loss copy) + bf16 embedding
+    outside = 14 * x * h + 64 * x + 10 * x * V + 2 * V * h
+    assert bd.activations == L * block + outside == 19_908_526_080
+    # peak at backward's start: params + AdamW + activations + the loss's bf16 gradient 2·x·V
+    assert bd.peak == 4 * P560 + 8 * P560 + bd.activations + 2 * x * V
+    assert bd.total == bd.peak and bd.cpu == 0
 
 
 def test_full_shard_4_gpus_bf16_by_hand() -> None:
     bd = estimate("bloom-560m", "full_shard", 4, "bf16", batch_size=8, max_length=512)
-    assert bd.master_weights == bd.grads == P560  # 4 bytes · P / 4 ranks
-    assert bd.optimizer == 2 * P560
-    assert bd.params == 0  # the bf16 compute copies are the gathered units below
-    # root unit kept gathered + 2 blocks (prefetch), in bf16: 2·(256,905,216 + 2·12,596,224) = 564,195,328
-    assert bd.gather_buffer == 564_195_328
-    # largest unit's unsharded bf16 gradient before reduce-scatter: 2·256,905,216
-    assert bd.comm_buffers == 513_810_432
-    # 2·559,214,592 + 1,118,429,184 + 564,195,328 + 513,810,432 + 7,449,083,904 + 8,220,835,840
-    assert bd.total == 18_984_783_872
-    assert round(bd.total_mb) == 18_105
+    arch = get_arch("bloom-560m")
+    Vh = arch.vocab * arch.hidden
+    # the fp32 shard + the bf16 embedding unit (kept gathered for the tied lm_head) + one bf16 block
+    assert bd.params == P560 + 2 * (Vh + arch.block_params)
+    # each rank stores a quarter of the fp32 gradients; the embedding unit's bf16 unsharded gradient
+    # lives through backward (counted in `other`)
+    assert bd.grads == P560 and bd.unsharded_grads == 2 * Vh
+    assert bd.optimizer == 2 * P560  # 8 bytes · P / 4 ranks
+    x = 8 * 512
+    # no autocast weight casts under FSDP's MixedPrecisionPolicy: the none-run's activations less them
+    none = estimate("bloom-560m", "none", 1, "bf16", 8, 512)
+    assert bd.activations == none.activations - 2 * (Vh + arch.layers * 12 * arch.hidden ** 2)
+    assert bd.peak == P560 + 2 * Vh + 2 * P560 + bd.activations + 2 * x * arch.vocab
 
 
 def test_sharding_strategies_order_as_the_course_says() -> None:
@@ -74,29 +77,34 @@ def test_sharding_strategies_order_as_the_course_says() -> None:
     sgo = estimate(sharding="shard_grad_op", world_size=4, **kw)
     hybrid = estimate(sharding="hybrid_shard", world_size=4, replicas=2, **kw)
     off = estimate(sharding="full_shard", world_size=4, offload=True, **kw)
-    assert ddp.comm_buffers == 4 * P560  # DDP buckets: a second fp32 gradient copy
-    assert sgo.gather_buffer == 2 * P560  # every unit stays gathered (bf16) between forward and backward
-    assert hybrid.shard_size == 2 and hybrid.master_weights == 4 * P560 // 2
-    assert off.master_weights == off.grads == off.optimizer == 0 and off.cpu == 16 * P560 // 4
+    assert sgo.params == P560 + 2 * P560  # every unit stays gathered (bf16) between forward and backward
+    assert hybrid.shard_size == 2 and hybrid.optimizer == 8 * P560 // 2
+    assert off.optimizer == 0 and off.cpu == 16 * P560 // 4  # params, grads, AdamW: all on the host
     assert off.total < full.total < sgo.total < ddp.total
     assert full.total < hybrid.total < ddp.total
+    for strategy in (full, sgo, hybrid):
+        assert strategy.optimizer < ddp.optimizer and strategy.grads < ddp.grads
 
 
-def test_fp32_has_no_master_copy() -> None:
+def test_fp32_and_grad_accumulation() -> None:
     bd = estimate("tiny", "none", 1, "fp32", batch_size=2, max_length=32)
     p = get_arch("tiny").params  # 1024·96 + 4·96 + 2·(12·96² + 13·96) = 98,688 + 2·111,840 = 322,368
     assert p == 322_368
-    assert bd.params == 4 * p and bd.master_weights == 0
+    assert bd.params == 4 * p
+    # FSDP2 without sync on non-final micro-batches keeps every unit's unsharded gradient: 4·P at any world
+    one = estimate("tiny", "full_shard", 4, "fp32", 2, 32)
+    acc = estimate("tiny", "full_shard", 4, "fp32", 2, 32, grad_acc=2)
+    assert acc.unsharded_grads == 4 * p and acc.grads == one.grads == p and acc.peak == one.peak + 4 * p
 
 
 def test_activation_checkpointing_by_hand() -> None:
-    tiny = get_arch("tiny")  # h 96, a 4, L 2
-    # per layer, bf16: s·b·h·(34 + 5·a·s/h) = 32·2·96·(34 + 5·4·32/96) = 6144·(34 + 6.667) = 249,856
-    assert activation_bytes(tiny, 2, 32, "bf16") == 2 * 249_856
-    # checkpointed: L block inputs 2·s·b·h each (2·2·6144 = 24,576) + one block recomputed (249,856)
-    assert activation_bytes(tiny, 2, 32, "bf16", checkpointing=True) == 24_576 + 249_856
-    # fp32 activations take twice the bytes
-    assert activation_bytes(tiny, 2, 32, "fp32") == 4 * 249_856
+    tiny = get_arch("tiny")  # h 96, a 4, L 2, V 1024
+    x = 2 * 32
+    outside = 12 * x * 96 + 64 * x + 8 * x * 1024  # fp32: embeddings, tokens, fp32 logits + the loss's copy
+    full_block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32
+    assert activation_bytes(tiny, 2, 32, "fp32") == 2 * full_block + outside
+    # checkpointed: each block keeps its 4 h-sized inputs
+    assert activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) == 2 * 4 * 4 * x * 96 + outside
 
 
 def test_bad_configs_are_refused() -> None:
@@ -131,8 +139,15 @@ def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert memory.main(["--model", "bloom-560m", "--sharding", "full_shard", "--world-size", "4",
                         "--precision", "bf16", "--batch-size", "8", "--max-length", "512"]) == 0
     out = capsys.readouterr().out
-    assert "559,214,592" in out and "18,105 MB" in out
+    bd = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+    assert "559,214,592" in out and f"{bd.peak / MB:,.1f} MB" in out
+    for category in ("params", "grads", "optimizer", "activations", "other", "peak"):
+        assert f"  {category} " in out
     assert memory.main(["--sharding", "none", "--world-size", "2"]) == 2
+    assert memory.main(["--course"]) == 0
+    course = capsys.readouterr().out
+    full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512).as_mb()
+    assert "full_shard x4 " in course and f"{full['optimizer']:,.0f}" in course and f"{full['peak']:,.0f}" in course
     assert memory.main(["--json", "--fit-gpu-gb", "79", "--world-size", "8"]) == 0
 
 
@@ -142,8 +157,79 @@ def test_full_shard_holds_half_the_parameters_per_rank_at_world_2(runs) -> None:
     s = runs.get("--sharding", "full_shard", nproc=2).summary
     arch = get_arch(s["model"])
     assert s["params_total"] == arch.params
-    predicted = estimate(arch, "full_shard", 2, "fp32", 1, 32).params // 4  # fp32 shard: 4 bytes/param
+    predicted = estimate(arch, "full_shard", 2, "fp32", 1, 32).optimizer // 8  # AdamW: 8 bytes per stored param
     for held in s["params_local_per_rank"]:
         assert held == pytest.approx(predicted, rel=0.01)
         assert held == pytest.approx(arch.params / 2, rel=0.01)
     assert MB == 2**20
+
+
+# Every strategy at 1, 2 and 4 ranks, as tests/runs.py runs them (fp32, the embedded default).
+MEASURED = [((), 1), (("--sharding", "full_shard"), 1),
+            (("--sharding", "ddp"), 2), (("--sharding", "full_shard"), 2), (("--sharding", "shard_grad_op"), 2),
+            (("--sharding", "full_shard", "--offload"), 2),
+            (("--sharding", "ddp"), 4), (("--sharding", "full_shard"), 4), (("--sharding", "shard_grad_op"), 4),
+            (("--sharding", "full_shard", "--offload"), 4)]
+TOLERANCE = {"params": 0.05, "grads": 0.05, "optimizer": 0.05, "host_params": 0.05, "host_grads": 0.05,
+             "host_optimizer": 0.05, "activations": 0.25, "peak": 0.15}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags,nproc", MEASURED)
+def test_model_matches_the_measured_tensor_memory(runs, flags: tuple[str, ...], nproc: int) -> None:  # noqa: ANN001
+    """The memory model against PyTorch's tracker on real runs, every rank, every category."""
+    import json
+
+    run = runs.get(*flags, nproc=nproc)
+    config = json.loads((run.out_dir / "run_args.json").read_text())["config"]
+    rows = memory.compare(run.summary, config)
+    assert {r["rank"] for r in rows} == set(range(nproc))
+    checked = [r for r in rows if r["category"] in TOLERANCE]
+    assert {r["category"] for r in checked} >= {"params", "grads", "optimizer", "activations", "peak"}
+    for r in checked:
+        assert r["predicted_mb"] == pytest.approx(r["measured_mb"], rel=TOLERANCE[r["category"]], abs=1e-3), r
+    overhead = run.summary["tensor_mem_overhead_pct"]
+    assert overhead is not None and overhead >= 0
+
+
+@pytest.mark.slow
+def test_course_tables_show_what_fsdp_saves_at_2_ranks(runs) -> None:  # noqa: ANN001
+    """The embedded default's strategies table at 2 ranks, from real runs: what the course teaches."""
+    from workshop import tables
+
+    names = {"ddp": ("--sharding", "ddp"), "full_shard": ("--sharding", "full_shard"),
+             "shard_grad_op": ("--sharding", "shard_grad_op"), "offload": ("--sharding", "full_shard", "--offload"),
+             "full_shard+ac": ("--sharding", "full_shard", "--activation-checkpointing"),
+             "ddp+ac": ("--sharding", "ddp", "--activation-checkpointing")}
+    df = tables.strategies_table([runs.get(*flags, nproc=2).out_dir for flags in names.values()])
+    df.index = list(names)
+    ddp = df.loc["ddp"]
+    for sharded in ("full_shard", "shard_grad_op"):
+        for col in ("optimizer_mb", "grads_mb"):
+            assert df.loc[sharded, col] == pytest.approx(ddp[col] / 2, rel=0.01)
+    assert df.loc["full_shard", "peak_mem_mb"] < df.loc["shard_grad_op", "peak_mem_mb"] < ddp["peak_mem_mb"]
+    off, full = df.loc["offload"], df.loc["full_shard"]
+    assert off["optimizer_mb"] == off["grads_mb"] == 0 and off["params_mb"] < full["params_mb"]
+    assert off["host_mb"] == pytest.approx(full["optimizer_mb"] + full["grads_mb"] + ddp["params_mb"] / 2, rel=0.01)
+    assert df.loc["full_shard+ac", "activations_mb"] < full["activations_mb"]
+    assert df.loc["ddp+ac", "activations_mb"] < ddp["activations_mb"]
+    assert (df["rss_mb"] > 10 * df["peak_mem_mb"]).all()  # the interpreter, not the tensors, fills RSS
+
+
+@pytest.mark.slow
+def test_lab_memory_table_and_stacked_plot(runs, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The notebooks' API: predicted vs measured per category for a list of jobs, and its stacked bars."""
+    from workshop.lab import Lab
+
+    monkeypatch.chdir(tmp_path)
+    lab = Lab("local", quiet=True)
+    dirs = [runs.get("--sharding", "ddp", nproc=2).out_dir, runs.get("--sharding", "full_shard", "--offload", nproc=2).out_dir]
+    table = lab.memory(dirs, names=["ddp", "offload"])
+    assert set(table.index.get_level_values("run")) == {"ddp", "offload"}
+    assert table.loc[("offload", "host_optimizer"), "measured_mb"] == table.loc[("ddp", "optimizer"), "measured_mb"] / 2
+    assert (table["rel_error"].abs() < 0.15).loc[(slice(None), ["params", "peak"]), ].all()
+    fig = lab.plot("memory_categories", table, save="memory")
+    assert (tmp_path / "plots" / "memory.png").stat().st_size > 0
+    assert len(fig.axes[0].patches) == 2 * 2 * 5  # two runs x (predicted, measured) x five categories
+    with pytest.raises(ValueError, match="names"):
+        lab.memory(dirs, names=["one"])

@@ -70,7 +70,7 @@ def test_the_form_offers_the_sites_partitions_and_defaults(app: Path) -> None:
     assert "<%" not in text, "the form is fully rendered: OOD has nothing left to evaluate"
     form = yaml.safe_load(text)
     assert form["cluster"] == "example-hpc"
-    assert form["form"] == ["course_dir", "partition", "bc_account", "reservation", "bc_num_hours", "gpu_type",
+    assert form["form"] == ["course_dir", "partition", "bc_account", "reservation", "session_minutes", "gpu_type",
                             "num_gpus"]
     attrs = form["attributes"]
     options = attrs["partition"]["options"]
@@ -79,7 +79,9 @@ def test_the_form_offers_the_sites_partitions_and_defaults(app: Path) -> None:
     assert {"data-max-num-gpus": 4} in options[0] and {"data-set-gpu-type": "a100"} in options[1]
     assert attrs["bc_account"]["value"] == "CHANGE-ME-account"
     assert attrs["reservation"]["value"] == ""
-    assert attrs["bc_num_hours"]["value"] == 1
+    minutes = attrs["session_minutes"]                 # the profile's 00:20:00 in the form's 15-minute steps
+    assert (minutes["value"], minutes["min"], minutes["step"], minutes["max"]) == (30, 15, 15, 720)
+    assert {"data-max-session-minutes": 720} in options[0]                # gpu_v100's MaxTime is a day
     assert [o[1] for o in attrs["gpu_type"]["options"]] == ["", "a100", "v100"]
     assert attrs["num_gpus"]["max"] == 8 and attrs["num_gpus"]["value"] == 0
 
@@ -102,7 +104,7 @@ def test_a_sites_own_account_and_reservation_reach_form_and_submit(tmp_path: Pat
 def test_submit_uses_the_basic_template_and_native_sbatch_args(app: Path) -> None:
     text = (app / "submit.yml.erb").read_text()
     assert '{"gpu_v100" => 8, "gpu_a100" => 8}' in text                 # cores per GPU from the profile
-    assert '{"gpu_v100" => 40960, "gpu_a100" => 102400}' in text        # memory per GPU (MB)
+    assert '{"gpu_v100" => 40960, "gpu_a100" => 61440}' in text         # memory per GPU (MB)
     submit = yaml.safe_load(erb_sample(text, {**SAMPLE, "gpu_type.to_s.empty? ? \"\" : \"#{gpu_type}:\"": "a100:",
                                               "gpus": "2"}))
     assert submit["batch_connect"]["template"] == "basic"
@@ -117,16 +119,30 @@ def test_the_script_starts_jupyterlab_in_the_course_folder_with_the_course_kerne
     assert 'exec jupyter lab --config="${CONFIG_FILE}" --ServerApp.root_dir="${COURSE_DIR}"' in script
     assert 'cd "${COURSE_DIR}"' in script
     assert 'python -m workshop.kernel --profile "${WORKSHOP_PROFILE}"' in script
-    for line in ("module load cuda/12.1 anaconda3", "conda activate bloom_env", "export WORKSHOP_PROFILE=example-hpc",
-                 'export HF_HOME=/scratch/"${USER}"/hf_home', "export WANDB_MODE=offline"):
+    for line in ("module load anaconda3", "conda activate bloom_env", "export WORKSHOP_PROFILE=example-hpc",
+                 "export HF_HOME=/shared/fsdp-workshop/hf_home", "export HF_HUB_OFFLINE=1", "export WANDB_MODE=offline"):
         assert line in script.splitlines()
     before = (app / "template/before.sh.erb").read_text()
     for line in ("c.ServerApp.ip = '*'", "c.ServerApp.base_url = '/node/${host}/${port}/'",
                  "c.MappingKernelManager.default_kernel_name = 'fsdp-workshop'", "port=$(find_port ${host})",
-                 'password="$(create_passwd 16)"', 'export CONFIG_FILE="${PWD}/config.py"'):
+                 'password="$(create_passwd 16)"', 'export CONFIG_FILE="${PWD}/config.py"',
+                 "c.LabApp.news_url = None"):
         assert line in before.splitlines()
     view = (app / "view.html.erb").read_text()
     assert 'action="/node/<%= host %>/<%= port %>/login"' in view and 'name="password"' in view
+
+
+def test_the_form_never_offers_more_than_the_partition_allows(tmp_path: Path) -> None:
+    """The test cluster's partition allows 30 minutes: the form offers 15 or 30, and submit.yml turns
+    the choice into the job's --time (OOD's wall_time, in seconds)."""
+    render_app("ci", tmp_path / "app")
+    form = yaml.safe_load((tmp_path / "app/form.yml.erb").read_text())
+    minutes = form["attributes"]["session_minutes"]
+    assert (minutes["value"], minutes["min"], minutes["max"]) == (15, 15, 30)
+    assert {"data-max-session-minutes": 30} in form["attributes"]["partition"]["options"][0]
+    submit = yaml.safe_load(erb_sample((tmp_path / "app/submit.yml.erb").read_text(),
+                                       {**SAMPLE, "session_minutes.to_i * 60": "1800"}))
+    assert submit["script"]["wall_time"] == 1800
 
 
 @pytest.mark.parametrize("rel", ["template/script.sh.erb", "template/before.sh.erb"])
@@ -146,13 +162,15 @@ def _free_port() -> int:
 
 def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
     """before.sh + script.sh as OOD runs them (its helpers stubbed, loopback only): the view's form
-    logs in behind /node/<host>/<port>/, and the server offers the course kernel by default."""
+    logs in behind /node/<host>/<port>/, and the server offers the course kernel by default. The
+    profile has no [env] setup and the session starts with OOD's --export=NONE environment (no course
+    Python on PATH): the app activates the course environment it was rendered from."""
     home = tmp_path / "home"
     (home / "fsdp-workshop").mkdir(parents=True)
     profile = _site_profile(tmp_path)
     text = profile.read_text()
-    setup = f'setup = ["source {Path(sys.prefix) / "bin" / "activate"}"]'
-    profile.write_text(re.sub(r"^setup = \[.*?\]", setup, text, count=1, flags=re.M | re.S))
+    profile.write_text(re.sub(r"^setup = \[.*?\]\n", "", text, count=1, flags=re.M | re.S))
+    assert "setup" not in profile.read_text().split("[env]")[1].split("[")[0]
     app = tmp_path / "app"
     render_app(profile, app)
     session = tmp_path / "session"
@@ -196,6 +214,9 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         page = opener.open(f"http://127.0.0.1:{port}{action}", data=urllib.parse.urlencode(fields).encode(), timeout=20)
         assert page.url.endswith(f"/node/127.0.0.1/{port}/lab"), page.url
+        # no news prompt over the notebook: JupyterLab's page config has news disabled
+        config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page.read().decode(), re.S).group(1))
+        assert config["news"] == {"disabled": True}
         specs = json.load(opener.open(f"{base}/api/kernelspecs", timeout=20))
         assert specs["default"] == "fsdp-workshop"
         spec = specs["kernelspecs"]["fsdp-workshop"]["spec"]

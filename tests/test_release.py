@@ -34,3 +34,7 @@ def test_release_is_clean(path: Path) -> None:
     ids = [c["id"] for c in nb["cells"]]
     assert len(set(ids)) == len(ids) and all(i.startswith(f"nb{path.parent.name[:2]}-") for i in ids)
     assert any("parameters" in c["metadata"].get("tags", []) for c in nb["cells"])
+    # it opens with the course kernel the student guide promises, not "Python 3 (ipykernel)"
+    assert nb["metadata"]["kernelspec"] == {"display_name": "FSDP workshop (bloom_env)", "language": "python",
+                                            "name": "fsdp-workshop"}
+    assert "FSDP workshop (bloom_env)" in (REPO / "docs/student.md").read_text()

@@ -61,14 +61,32 @@ def test_multi_node_script_runs_one_torchrun_per_node_meeting_on_the_first_host(
     launch = script[script.index("srun "):]
     assert re.search(r"srun [^\n]*--ntasks-per-node=1", launch)
     assert '--nnodes="$SLURM_NNODES" --nproc-per-node=2' in launch
-    assert '--rdzv-backend=c10d --rdzv-endpoint="${head_node}:${rdzv_port}" --rdzv-id="$SLURM_JOB_ID"' in launch
-    assert "--standalone" not in script
+    assert 'rdzv_endpoint=${head_node}:${rdzv_port}' in script
+    assert '--rdzv-backend=c10d --rdzv-endpoint="${rdzv_endpoint}" --rdzv-id="$SLURM_JOB_ID" \\' in launch
+    assert "--standalone" not in script and "--rdzv-conf" not in script
+
+
+def test_a_configured_rendezvous_endpoint_and_timeout_reach_torchrun(tmp_path):
+    """Notebook 05's failed job: the config's endpoint replaces the job's first node, its timeout torchrun's 60 s."""
+    script = rendered("multi_node", "ci", tmp_path, nodes=2, procs_per_node=1,
+                      rdzv_endpoint="head-node.invalid:29400", rdzv_timeout_s=5)
+    assert script.index("rdzv_endpoint=head-node.invalid:29400") > script.index("rdzv_endpoint=${head_node}")
+    assert '--rdzv-endpoint="${rdzv_endpoint}" --rdzv-id="$SLURM_JOB_ID" --rdzv-conf=read_timeout=5 \\' in script
+    with pytest.raises(ConfigError, match="rdzv_endpoint"):
+        rendered("multi_node", "ci", tmp_path, nodes=2, rdzv_endpoint="head-node; rm -rf ~")
 
 
 def test_single_node_script_needs_no_srun(tmp_path):
     script = rendered("multi_gpu", "ci", tmp_path)
     assert "srun" not in script and "scontrol" not in script
     assert "torchrun --standalone --nnodes=1 --nproc-per-node=2" in script
+
+
+def test_one_process_script_needs_no_launcher(tmp_path):
+    for step in ("baseline", "fsdp_1gpu"):
+        script = rendered(step, "ci", tmp_path)
+        assert not re.search(r"^\s*(torchrun|srun) ", script, re.M)
+        assert re.search(r"^python -m workshop\.train --config \S+config\.json$", script, re.M), script
 
 
 def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_path):
@@ -79,10 +97,10 @@ def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_
     assert "--account=CHANGE-ME-account" in text
     assert "--gpus-per-node=a100:8" in text
     assert "--cpus-per-task=64" in text
-    assert "--mem=800G" in text
+    assert "--mem=480G" in text
     assert "--reservation" not in text and "--constraint" not in text   # empty in the profile: left out
-    assert "module load cuda/12.1 anaconda3" in script and "conda activate bloom_env" in script
-    assert 'export HF_HOME=/scratch/"${USER}"/hf_home' in script
+    assert "module load anaconda3" in script and "conda activate bloom_env" in script
+    assert "export HF_HOME=/shared/fsdp-workshop/hf_home" in script
     assert "export WANDB_MODE=offline" in script
     baseline = rendered("baseline", "example-hpc", tmp_path)
     assert "--partition=gpu_v100" in baseline and "--gpus-per-node=v100:1" in baseline
@@ -90,7 +108,7 @@ def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_
 
 def test_gpu_count_changes_numbers_not_templates(tmp_path):
     templates = sorted(p.name for p in TEMPLATES_DIR.iterdir())
-    assert templates == ["job.sh", "launch-node.sh", "launch-nodes.sh"]
+    assert templates == ["job.sh", "launch-node.sh", "launch-nodes.sh", "launch-process.sh"]
     two = rendered("multi_gpu", "example-hpc", tmp_path, procs_per_node=2)
     four = rendered("multi_gpu", "example-hpc", tmp_path, procs_per_node=4)
     differing = [(a, b) for a, b in zip(two.splitlines(), four.splitlines()) if a != b]
@@ -113,8 +131,8 @@ def test_hostile_job_name_and_values_stay_inert_when_the_script_runs(tmp_path):
     assert header == ["#SBATCH --job-name=x___rm_-rf______touch_pwned3"]
     (job_dir / "job.sh").write_text(script)
     bash_syntax_ok(script, tmp_path)
-    # run it for real, with torchrun replaced by a shell function that records its arguments
-    runner = 'torchrun() { printf "%s\\n" "$@" > "$ARGV_OUT"; }; export -f torchrun; bash "$1"'
+    # run it for real, with the launcher (python: one process) replaced by a shell function that records its arguments
+    runner = 'python() { printf "%s\\n" "$@" > "$ARGV_OUT"; }; export -f python; bash "$1"'
     env = {**os.environ, "HOME": str(home), "ARGV_OUT": str(tmp_path / "argv"), "SLURM_JOB_ID": "7",
            "SLURM_JOB_NAME": HOSTILE, "SLURM_NNODES": "1", "SLURM_JOB_NODELIST": "n1"}
     proc = subprocess.run(["bash", "-c", runner, "runner", str(job_dir / "job.sh")], cwd=job_dir, env=env,

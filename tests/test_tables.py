@@ -90,12 +90,22 @@ def test_scaling_speedup_and_efficiency_by_hand() -> None:
     assert any("global batch differs" in n for n in tables.scaling_table(runs, False).attrs["notes"])
 
 
+def test_notebook_04s_table_shows_the_raw_figures_and_the_batch_each_run_trained() -> None:
+    """The student derives speed-up and efficiency: the exercise table (kind "scaling") must not print them."""
+    runs = [run(f"w{w}", world_size=w, nodes=1, global_batch=8, global_batch_measured=8, batch_size=2,
+                grad_acc=8 // (2 * w), steps=6, train_samples_per_s=s) for w, s in ((1, 10.0), (4, 15.0))]
+    df = tables.build("scaling", runs)
+    assert "speedup" not in df.columns and "efficiency" not in df.columns
+    assert list(df["grad_acc"]) == [4, 1] and list(df["global_batch_measured"]) == [8, 8] and list(df["steps"]) == [6, 6]
+    assert not any("speed-up" in n for n in df.attrs["notes"])
+
+
 def test_multinode_adds_bus_bandwidth_from_the_log_with_the_same_ranks() -> None:
     runs = [run("n1", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0),
             run("n2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=15.0)]
     df = tables.multinode_table(runs, [LOGS / "nccl_tests_all_reduce_perf.log"], predicted_mem_mb=False)
-    assert df.loc["n2", "avg_busbw_gbps"] == 11.0256 and df.loc["n2", "max_busbw_gbps"] == 26.34
-    assert math.isnan(df.loc["n1", "avg_busbw_gbps"])  # no bandwidth log on 2 ranks: NaN, with a note
+    assert df.loc["n2", "avg_busbw_GBps"] == 11.0256 and df.loc["n2", "max_busbw_GBps"] == 26.34
+    assert math.isnan(df.loc["n1", "avg_busbw_GBps"])  # no bandwidth log on 2 ranks: NaN, with a note
     assert any("no bandwidth log ran on that many ranks" in n for n in df.attrs["notes"])
     assert any("no bandwidth log given" in n for n in tables.multinode_table(runs, [], False).attrs["notes"])
 
@@ -116,14 +126,14 @@ def test_cli_steps_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert tables.main(["--step", "fsdp", str(REAL_RUN)]) == 2
     assert tables.main(["/nonexistent"]) == 2
     assert tables.main(["--step", "multinode", str(REAL_RUN), str(LOGS / "nccl_tests_all_reduce_perf.log")]) == 0
-    assert "avg_busbw_gbps" in capsys.readouterr().out
+    assert "avg_busbw_GBps" in capsys.readouterr().out
     assert tables.main(["--step", "scaling", str(REAL_RUN), str(REAL_LOG)]) == 0
 
 
 def test_multinode_matches_our_bandwidth_test_by_rank_count() -> None:
     runs = [run("two", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0)]
     df = tables.multinode_table(runs, [LOGS / "real_bandwidth_pass_2proc.log"], predicted_mem_mb=False)
-    assert df.loc["two", "avg_busbw_gbps"] == 0.07
+    assert df.loc["two", "avg_busbw_GBps"] == 0.07
 
 
 @pytest.mark.slow
@@ -142,3 +152,38 @@ def test_tables_from_real_runs_in_this_session(runs) -> None:  # noqa: ANN001
     df = tables.multinode_table([one.out_dir, two.out_dir], [], predicted_mem_mb=True)
     assert list(df["nodes"]) == [1, 2] and list(df["world_size"]) == [2, 2]
     assert not df["predicted_mem_mb"].isna().any()
+
+
+def test_count_columns_print_as_integers() -> None:
+    import pandas as pd
+
+    from workshop.tables import integer_columns, to_markdown
+
+    df = integer_columns(pd.DataFrame({"run": ["a", "b"], "world_size": [2.0, 4.0], "nodes": [1.0, float("nan")],
+                                       "samples_per_s": [3.0, 4.5]}).set_index("run"))
+    assert str(df["world_size"].dtype) == "int64" and "world_size" in df.to_string()
+    assert "2.0" not in df["world_size"].to_string() and df.loc["a", "world_size"] == 2
+    assert str(df["nodes"].dtype) == "float64"          # a NaN keeps the column float (its note says why)
+    assert "| a | 2 |" in to_markdown(df)
+
+
+@pytest.mark.slow
+def test_two_nodes_printing_the_same_metrics_give_global_rank_0s(runs) -> None:  # noqa: ANN001
+    """A real two-node run's output as `srun --label` writes it (`0: {...}`, `1: {...}`, interleaved): the
+    table reads the node that holds global rank 0, and its notes say so."""
+    from workshop.logs import parse_text as parse
+
+    two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
+    rank0 = next(x for x in two.node_logs if "WORKSHOP_SUMMARY" in x)   # only global rank 0 prints it
+    other = next(x for x in two.node_logs if x is not rank0)
+    labelled = [[f"{task}: {line}" for line in text.splitlines()] for task, text in ((0, rank0), (1, other))]
+    interleaved = [line for pair in zip(*labelled) for line in pair]
+    interleaved += labelled[0][len(labelled[1]):] + labelled[1][len(labelled[0]):]
+    throughput = [parse(t).final_record.values["train_samples_per_second"] for t in (rank0, other)]
+    assert throughput[0] != throughput[1], "each node prints its own Trainer figures"
+    # without the summary line only the Trainer's dicts are left: task 1's must not be read
+    trainer_only = "\n".join(x for x in interleaved if "WORKSHOP_" not in x)
+    for text, expected in ((trainer_only, throughput[0]), ("\n".join(interleaved), two.summary["train_samples_per_s"])):
+        df = tables.baseline_table([parse(text, "two_nodes")], predicted_mem_mb=False)
+        assert df.iloc[0]["train_samples_per_s"] == expected
+        assert any("global rank 0 only" in n for n in df.attrs["notes"]), df.attrs["notes"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.runs import RunCache
@@ -33,10 +35,41 @@ def test_hsdp_2x2_matches_ddp_at_4_ranks(runs: RunCache) -> None:
     assert hsdp["eval_losses"] == pytest.approx(ddp, rel=RTOL)
 
 
+def test_fsdp1_hybrid_shard_zero2_keeps_parameters_gathered_until_backward(runs: RunCache) -> None:
+    """FSDP1's _HYBRID_SHARD_ZERO2 is HYBRID_SHARD with SHARD_GRAD_OP inside each shard group: a 2-D
+    mesh and reshard_after_forward=False, read back from the wrapped model; same losses as DDP."""
+    ddp = eval_losses(runs, "--sharding", "ddp", nproc=4)
+    zero2 = runs.get("--sharding", "_hybrid_shard_zero2", "--hybrid-replicas", "2", nproc=4).summary
+    assert zero2["sharding_requested"] == zero2["sharding_applied"] == "hybrid_shard_grad_op"
+    assert zero2["mesh"] == [2, 2] and zero2["reshard_after_forward"] is False
+    assert zero2["eval_losses"] == pytest.approx(ddp, rel=RTOL)
+
+
+def test_ddp_does_not_search_for_unused_parameters(runs: RunCache) -> None:
+    run = runs.get("--sharding", "ddp", nproc=2)
+    assert run.summary["sharding_applied"] == "ddp"
+    assert "find_unused_parameters" not in run.log          # DDP warns when it searched and found none
+
+
+def test_throughput_window_leaves_out_the_warm_up_steps(runs: RunCache) -> None:
+    import json
+
+    run = runs.get("--sharding", "full_shard", nproc=2)
+    window = run.summary["throughput_window"]
+    records = [json.loads(x) for x in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
+    trains = [r for r in records if r["kind"] == "train"]
+    assert window == {"warmup_steps": 1, "from_step": 2, "to_step": 12}      # 12 steps: the first is warm-up
+    assert [r["step"] for r in trains if r["warmup"]] == [1]
+    samples = sum(r["samples_per_s"] * r["step_time_s"] for r in trains if not r["warmup"])
+    seconds = sum(r["step_time_s"] for r in trains if not r["warmup"])
+    assert run.summary["train_samples_per_s"] == pytest.approx(samples / seconds, rel=0.02)
+
+
 def test_two_node_launch_matches_ddp_at_2_ranks(runs: RunCache) -> None:
     ddp = eval_losses(runs, "--sharding", "ddp")
     two_nodes = runs.get("--sharding", "full_shard", nproc=1, nnodes=2).summary
     assert two_nodes["nodes"] == 2 and two_nodes["world_size"] == 2
+    assert sorted(set(two_nodes["hosts"])) == ["node1", "node2"]     # two distinct nodes, one rank each
     assert two_nodes["eval_losses"] == pytest.approx(ddp, rel=RTOL)
 
 
@@ -113,3 +146,42 @@ def test_one_process_without_sharding_is_a_plain_model(runs: RunCache) -> None:
     s = runs.get("--train-size", "16", "--eval-size", "16", "--eval-split", "train", "--epochs", "40",
                  "--learning-rate", "5e-3", "--eval-generate", nproc=1).summary
     assert s["wrapper"] == "BloomForCausalLM" and s["sharding_applied"] == "none"
+
+
+def test_one_process_fsdp_without_torchrun_equals_the_torchrun_run(runs: RunCache, tmp_path) -> None:  # noqa: ANN001
+    """A one-process job starts with plain python (slurm/templates/launch-process.sh): the run gives
+    itself torchrun's environment, still shards, and trains exactly as under torchrun."""
+    import subprocess
+    import sys
+
+    from tests.runs import BASE_FLAGS, clean_env
+
+    flags = ["--sharding", "full_shard", "--nodes", "1", "--procs-per-node", "1"]
+    p = subprocess.run([sys.executable, "-m", "workshop.train", *BASE_FLAGS, *flags, "--output-dir", str(tmp_path)],
+                       env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    direct = json.loads((tmp_path / "summary.json").read_text())
+    launched = runs.get("--sharding", "full_shard", nproc=1).summary
+    assert direct["wrapper"] == launched["wrapper"] == "FSDPBloomForCausalLM"
+    assert direct["sharding_applied"] == "full_shard" and direct["world_size"] == 1
+    assert direct["eval_losses"] == pytest.approx(launched["eval_losses"], rel=RTOL)
+
+
+def test_the_fixture_path_never_imports_datasets() -> None:
+    """transformers.trainer imports `datasets` (and pandas, pyarrow) whenever it is installed; the
+    fixture path hides it, any other dataset keeps it (data.load_examples loads SQuAD with it)."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    from workshop.config import RunConfig
+    from workshop.train import skip_datasets_unless_needed
+
+    skip_datasets_unless_needed(RunConfig(dataset="squad"))
+    assert importlib.util.find_spec("datasets") is not None
+    probe = ("import sys; from workshop.config import RunConfig; from workshop.train import skip_datasets_unless_needed; "
+             "skip_datasets_unless_needed(RunConfig(dataset='fixture')); import workshop.trainer; "
+             "from transformers.utils import is_datasets_available; "
+             "print(is_datasets_available(), sorted(m for m in ('datasets', 'pandas', 'pyarrow') if sys.modules.get(m)))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.splitlines()[-1] == "False []"

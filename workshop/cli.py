@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("workshop.memory:main", "predict peak memory per GPU for a config"),
     "bench": ("workshop.bench:main", "benchmark the course configurations on one GPU"),
     "verify": ("workshop.verify:main", "check submitted job logs against Slurm accounting and their digests"),
+    "class": ("workshop.classview:main", "instructor: every student's jobs per step, states and failures, from sacct"),
 }
 
 

@@ -13,13 +13,16 @@ import argparse
 import dataclasses
 import difflib
 import json
+import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
-SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard")
-FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "hybrid_shard")
+SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_grad_op")
+FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_grad_op")
+# a 2-D mesh (replicate x shard); the _grad_op one keeps parameters gathered from forward to backward
+HYBRID_SHARDINGS = ("hybrid_shard", "hybrid_shard_grad_op")
 PRECISIONS = ("fp32", "bf16", "fp16")
 WANDB_MODES = ("disabled", "offline", "online")
 DEVICES = ("auto", "cpu", "cuda")
@@ -32,7 +35,7 @@ FSDP1_ALIASES = {
     "full_shard": "full_shard",
     "shard_grad_op": "shard_grad_op",
     "hybrid_shard": "hybrid_shard",
-    "_hybrid_shard_zero2": "hybrid_shard",
+    "_hybrid_shard_zero2": "hybrid_shard_grad_op",   # HYBRID_SHARD + SHARD_GRAD_OP: no reshard after forward
 }
 
 # The seed repo's environment variables, and the field each one sets.
@@ -88,12 +91,26 @@ class RunConfig:
     learning_rate: float = _help("peak learning rate (AdamW, linear decay)", default=5e-4)
     weight_decay: float = _help("AdamW weight decay", default=0.0)
     precision: str = _help("fp32 | bf16 | fp16 (fp16 needs a GPU)", default="fp32")
-    sharding: str = _help("none | ddp | full_shard | shard_grad_op | hybrid_shard (FSDP2)", default="none")
+    sharding: str = _help("none | ddp | full_shard | shard_grad_op | hybrid_shard | hybrid_shard_grad_op (FSDP2)", default="none")
     offload: bool = _help("FSDP2 CPU offload of parameters, gradients and optimizer state", default=False)
     activation_checkpointing: bool = _help("recompute each block's activations in backward", default=False)
+    fsdp: str = _help("Hugging Face TrainingArguments' fsdp, passed as written: true, or words such as "
+                      "'full_shard auto_wrap offload' (empty = off; then sharding decides). With fsdp on, "
+                      "sharding/offload/activation_checkpointing follow from fsdp and fsdp_config", default="")
+    fsdp_config: dict = _help("Hugging Face TrainingArguments' fsdp_config, passed as written (FSDP2 keys: version, "
+                              "transformer_layer_cls_to_wrap, reshard_after_forward, cpu_offload, "
+                              "activation_checkpointing, auto_wrap_policy, ...): a dict, JSON text or a .json file",
+                              default_factory=dict)
+    wrap_function: str = _help("FILE.py:FUNCTION, your own FSDP2 wrapping: FUNCTION(model) calls fully_shard on "
+                               "each block, then on the model; the job imports and runs it (submit copies FILE into "
+                               "the job folder)", default="")
     nodes: int = _help("number of nodes", default=1)
     procs_per_node: int = _help("processes (GPUs) per node", default=1)
     hybrid_replicas: int = _help("hybrid_shard: number of replica groups (0 = one per node)", default=0)
+    rdzv_endpoint: str = _help("HOST:PORT where a multi-node job's torchruns meet (empty = the job's first node and "
+                               "a port below the ephemeral range, which only the batch script knows)", default="")
+    rdzv_timeout_s: int = _help("seconds torchrun waits to reach the rendezvous store (0 = torchrun's 60 s)",
+                                default=0)
     device: str = _help("auto | cpu | cuda (auto = cuda when available)", default="auto")
     seed: int = _help("random seed for model init, data order and dropout", default=42)
     logging_steps: int = _help("log metrics every N optimizer steps", default=1)
@@ -122,7 +139,7 @@ class RunConfig:
     @property
     def replicas(self) -> int:
         """Replica groups for hybrid_shard (dp_replicate_size); 1 for every other strategy."""
-        if self.sharding != "hybrid_shard":
+        if self.sharding not in HYBRID_SHARDINGS:
             return 1
         return self.hybrid_replicas or self.nodes
 
@@ -182,6 +199,8 @@ class RunConfig:
             raise ConfigError("sharding", f"unknown strategy {self.sharding!r}",
                               f"choose one of {', '.join(SHARDINGS)} (FSDP1 names such as FULL_SHARD "
                               "are accepted in any case; NO_SHARD is ddp)")
+        self._follow_native_fsdp()
+        self._check_wrap_function()
         if not self.model:
             raise ConfigError("model", "is empty", "use tiny, bloom-560m-random or bloom-560m")
         if not self.output_dir:
@@ -194,13 +213,18 @@ class RunConfig:
         if self.offload and not self.is_fsdp:
             raise ConfigError("offload", f"CPU offload needs FSDP, but sharding is {self.sharding!r}",
                               "set sharding=full_shard (or another FSDP strategy), or offload=false")
+        if self.rdzv_timeout_s < 0:
+            raise ConfigError("rdzv_timeout_s", f"must be >= 0, got {self.rdzv_timeout_s}", "0 keeps torchrun's default")
+        if self.rdzv_endpoint and not re.fullmatch(r"[A-Za-z0-9.\-]+:\d{1,5}", self.rdzv_endpoint):
+            raise ConfigError("rdzv_endpoint", f"{self.rdzv_endpoint!r} is not HOST:PORT",
+                              "leave it empty (the job's first node), or write e.g. node001:29400")
         if self.hybrid_replicas < 0:
             raise ConfigError("hybrid_replicas", f"must be >= 0, got {self.hybrid_replicas}",
                               "0 means one replica group per node")
-        if self.hybrid_replicas and self.sharding != "hybrid_shard":
+        if self.hybrid_replicas and self.sharding not in HYBRID_SHARDINGS:
             raise ConfigError("hybrid_replicas", f"only applies to hybrid_shard, sharding is {self.sharding!r}",
                               "set sharding=hybrid_shard or hybrid_replicas=0")
-        if self.sharding == "hybrid_shard":
+        if self.sharding in HYBRID_SHARDINGS:
             r = self.replicas
             if world % r != 0 or world // r < 2 or r < 2:
                 raise ConfigError(
@@ -210,6 +234,10 @@ class RunConfig:
                     "shard group (e.g. 2 replicas x 2 = 4 processes), or sharding=full_shard")
         if self.global_batch < 0:
             raise ConfigError("global_batch", f"must be >= 0, got {self.global_batch}", "0 disables it")
+        if self.global_batch > 0 and self.grad_acc not in (1, self.global_batch // (self.batch_size * world)):
+            raise ConfigError("grad_acc", f"grad_acc={self.grad_acc} would be ignored: global_batch={self.global_batch} "
+                              f"derives it as global_batch / (batch_size x world_size)",
+                              "set either grad_acc (and global_batch=0) or global_batch (and grad_acc=1)")
         if self.global_batch > 0:
             per_step = self.batch_size * world
             if self.global_batch % per_step != 0:
@@ -218,6 +246,44 @@ class RunConfig:
                     f"{self.batch_size} x {world} = {per_step}",
                     f"choose a global_batch that is a multiple of {per_step}, or change batch_size")
         return self
+
+    def _follow_native_fsdp(self) -> None:
+        """With Hugging Face's fsdp/fsdp_config, the course's own fields follow from them (one request,
+        written once); a value written in both spellings that disagrees is refused."""
+        from workshop import hf_fsdp
+
+        request = hf_fsdp.parse(self.fsdp, self.fsdp_config)
+        if request is None:
+            return
+        if self.wrap_function:
+            raise ConfigError("wrap_function", "is set together with fsdp: fsdp/fsdp_config let the Trainer wrap "
+                              "the model, wrap_function wraps it with your own code", "choose one: clear fsdp and "
+                              "fsdp_config, or clear wrap_function")
+        for name, wanted in (("sharding", request.sharding), ("offload", request.offload),
+                             ("activation_checkpointing", request.activation_checkpointing)):
+            have = getattr(self, name)
+            if have != wanted and have != NATIVE_FOLLOWERS[name]:
+                raise ConfigError(name, f"{name}={have!r} contradicts fsdp={self.fsdp!r} / fsdp_config, which ask "
+                                  f"for {name}={wanted!r}", "write the strategy one way: either Hugging Face's "
+                                  "fsdp/fsdp_config, or sharding/offload/activation_checkpointing")
+            setattr(self, name, wanted)
+
+    def _check_wrap_function(self) -> None:
+        if not self.wrap_function:
+            return
+        path, _, name = self.wrap_function.rpartition(":")
+        if not path.endswith(".py") or not name.isidentifier():
+            raise ConfigError("wrap_function", f"{self.wrap_function!r} is not FILE.py:FUNCTION",
+                              "e.g. wrap_function='my_wrap.py:shard_model' (workshop.wrap_function.write_source(fn, "
+                              "path) writes the file from a notebook function)")
+        if self.sharding not in ("full_shard", "shard_grad_op"):
+            raise ConfigError("wrap_function", f"your function shards with fully_shard, but sharding={self.sharding!r}",
+                              "set sharding=full_shard if your fully_shard calls reshard after forward (the "
+                              "default), shard_grad_op if they pass reshard_after_forward=False")
+        if self.activation_checkpointing:
+            raise ConfigError("activation_checkpointing", "cannot be added around your wrap_function (it must be "
+                              "applied before fully_shard)", "set activation_checkpointing=false, or apply "
+                              "checkpoint_wrapper to each block inside your function before fully_shard")
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -242,6 +308,11 @@ class RunConfig:
         return load_config(base=self, overrides=changes)
 
 
+# The course's fields that follow from Hugging Face's fsdp/fsdp_config when those are given, at their
+# defaults (a default is "not written", so it may follow).
+NATIVE_FOLLOWERS: dict[str, Any] = {"sharding": "none", "offload": False, "activation_checkpointing": False}
+
+
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise ConfigError(name, f"unknown value {value!r}", f"choose one of {', '.join(choices)}")
@@ -261,6 +332,8 @@ def coerce(name: str, value: Any) -> Any:
         hint = f"did you mean '{close[0]}'?" if close else f"known fields: {', '.join(FIELD_TYPES)}"
         raise ConfigError(name, "is not a config field", hint)
     typ = FIELD_TYPES[name]
+    if typ is dict:
+        return _mapping(name, value)
     try:
         if typ is bool:
             if isinstance(value, bool):
@@ -290,6 +363,27 @@ def coerce(name: str, value: Any) -> Any:
     except ValueError:
         kind = {bool: "true or false", int: "a whole number", float: "a number"}[typ]
         raise ConfigError(name, f"{value!r} is not {kind}", f"give {kind}") from None
+
+
+def _mapping(name: str, value: Any) -> dict[str, Any]:
+    """A dict field (fsdp_config) from a dict, JSON text or a .json file, as Hugging Face accepts it."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    text = str(value).strip()
+    if not text:
+        return {}
+    if not text.startswith("{"):
+        if not text.endswith(".json") or not Path(text).is_file():
+            raise ConfigError(name, f"{text!r} is neither a JSON object nor an existing .json file",
+                              'write a dict, JSON such as \'{"version": 2}\', or the path of a .json file')
+        text = Path(text).read_text()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(name, f"is not valid JSON: {e}", "fix the syntax at the position named") from None
+    if not isinstance(data, dict):
+        raise ConfigError(name, f"{data!r} is not a JSON object", 'write an object, e.g. {"version": 2}')
+    return data
 
 
 def from_env(env: Mapping[str, str]) -> dict[str, Any]:
@@ -340,9 +434,16 @@ def load_config(file: str | Path | None = None, env: Mapping[str, str] | None = 
         layers.append(from_env(env))
     if overrides:
         layers.append({k: v for k, v in overrides.items() if v is not None})
+    written: set[str] = set()
     for layer in layers:
         for name, value in layer.items():
             values[name] = coerce(name, value)
+            written.add(name)
+    from workshop.hf_fsdp import fsdp_enabled
+
+    if fsdp_enabled(values["fsdp"]):
+        # what an earlier config derived from its fsdp/fsdp_config follows the current ones again
+        values.update({k: v for k, v in NATIVE_FOLLOWERS.items() if k not in written})
     return RunConfig(**values).validate()
 
 
@@ -366,7 +467,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     for f in fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
         typ = FIELD_TYPES[f.name]
-        help_text = f"{f.metadata['help']} (default: {f.default})"
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_text = f"{f.metadata['help']} (default: {default})"
         if typ is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=help_text)

@@ -2,6 +2,7 @@
 
     python -m workshop.course --output results              # the embedded default (profile: local)
     python -m workshop.course --profile ci --only 01,05     # some steps, on another site profile
+    python -m workshop.course --parallel 2                  # two notebooks at a time
 
 Each notebook runs in a working copy, `results/<assignment>/`, never in solutions/ (papermill's
 metadata would leak into the release). Its jobs, tables (CSV) and plots (PNG) land beside it; the
@@ -14,7 +15,9 @@ import argparse
 import json
 import shutil
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", default="{}",
                         help='JSON run settings for every job, e.g. \'{"epochs": 1}\'')
     parser.add_argument("--log-output", action="store_true", help="stream each cell's output")
+    parser.add_argument("--parallel", type=int, default=1, metavar="N",
+                        help="notebooks executed at the same time (default 1: one after another)")
     args = parser.parse_args(argv)
     venv_on_path()
     names = assignments()
@@ -69,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     output.mkdir(parents=True, exist_ok=True)
     parameters = {"profile": args.profile, "overrides": json.loads(args.overrides)}
     started = time.perf_counter()
-    report = []
-    for i, name in enumerate(names, 1):
+    failed = threading.Event()          # after a failure, notebooks not yet started are not started
+
+    def run_one(i: int, name: str) -> tuple[str, float, int, list[Path], list[Path]] | None:
+        if failed.is_set():
+            return None
         print(f"[{i}/{len(names)}] {name}: running on profile {args.profile!r} ...", flush=True)
         t0 = time.perf_counter()
         try:
@@ -78,13 +86,22 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
             print(f"[{i}/{len(names)}] {name}: FAILED after {time.perf_counter() - t0:.0f} s\n{e}", flush=True)
             print(f"  the partly executed notebook is {output / name / (name + '.ipynb')}", file=sys.stderr)
-            return 1
+            failed.set()
+            return None
         tables, plots = gather(output, name)
         jobs = len(list((output / name / "jobs").glob("*/job.json")))
         took = time.perf_counter() - t0
-        report.append((name, took, jobs, tables, plots))
         print(f"[{i}/{len(names)}] {name}: done in {took:.0f} s, {jobs} job(s), "
               f"{len(tables)} table(s), {len(plots)} plot(s) -> {notebook.relative_to(output.parent)}", flush=True)
+        return name, took, jobs, tables, plots
+
+    # Notebooks side by side keep the cores busy while a kernel starts, tabulates or plots; their jobs
+    # still queue for the cores (the local backend's queue), so no job runs on a shared core.
+    with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
+        results = list(pool.map(run_one, range(1, len(names) + 1), names))
+    if failed.is_set():
+        return 1
+    report = [r for r in results if r is not None]
     total = time.perf_counter() - started
     print(f"\ncourse finished in {total:.0f} s: executed notebooks, tables and plots are in {output}/")
     for name, took, jobs, tables, plots in report:

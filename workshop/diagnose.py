@@ -308,7 +308,7 @@ def diagnose(log: ParsedLog | str | Path) -> list[Finding]:
 
 def _bandwidth_ok(log: ParsedLog) -> bool:
     bw = log.bandwidth
-    return bw is not None and bool(bw.rows) and bw.avg_busbw_gbps is not None and bw.passed is not False
+    return bw is not None and bool(bw.rows) and bw.avg_busbw_GBps is not None and bw.passed is not False
 
 
 def main(argv: list[str] | None = None) -> int:

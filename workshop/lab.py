@@ -49,10 +49,20 @@ def find_saved(step: str, config: RunConfig, jobs_dir: str | Path, keys: Iterabl
             record = JobRecord.load(folder)
         except (OSError, ValueError):
             continue
-        if all(saved.get(k) == v for k, v in want.items()):
+        if all(_same_setting(k, saved.get(k), v, folder) for k, v in want.items()):
             record.job_dir = str(folder.resolve())
             matches.append(Job(record))
     return max(matches, key=lambda job: job.record.submitted_at or "") if matches else None
+
+
+def _same_setting(key: str, saved: Any, wanted: Any, folder: Path) -> bool:
+    """A saved job's setting against the notebook's. The job ran its own copy of a wrap function's file
+    (its config names the copy): that matches by function and content, not by path."""
+    if key == "wrap_function":
+        from workshop.wrap_function import same_function
+
+        return saved == wanted or same_function(saved, folder, wanted)
+    return saved == wanted
 
 
 def saved_profile(jobs_dir: str | Path) -> str | None:
@@ -64,6 +74,12 @@ def saved_profile(jobs_dir: str | Path) -> str | None:
         except (OSError, ValueError, KeyError):
             continue
     return names.pop() if len(names) == 1 else None
+
+
+def _say_if_failed(job: Any, state: Any) -> None:
+    if state.value != "COMPLETED":
+        print(f"job {job.job_id} ended {state.value}: {job.reason or 'see the log'}\n"
+              f"  log: {job.log_path}\n  diagnose: workshop diagnose {job.log_path}")
 
 
 class Lab:
@@ -96,30 +112,68 @@ class Lab:
         bd = estimate_config(self.config(step, **changes))
         return pd.Series(bd.as_mb(), name="predicted MB per GPU").round(1)
 
+    def memory(self, jobs: Sequence[Any], names: Sequence[str] | None = None) -> pd.DataFrame:
+        """Predicted vs measured tensor memory per category (MB) for each job, on its busiest rank.
+
+        Rows: (run, category) for params, grads, optimizer, activations, other, peak (and host_* under
+        offload); columns predicted_mb, measured_mb, rel_error. `lab.plot("memory_categories", table)`
+        draws it as stacked bars."""
+        from workshop.memory_compare import memory_table
+
+        return memory_table([self._source(j) for j in jobs], names)
+
     def gpu_counts(self, step: str = "multi_gpu") -> list[int]:
         """1, 2, 4, ... up to the GPUs of one node of the step's partition (CPU profiles: up to 4)."""
-        most = self.profile.partition_for(step).gpus_per_node or 4
-        return [n for n in (1, 2, 4, 8, 16) if n <= most]
+        from workshop.slurm.steps import gpu_counts
+
+        return gpu_counts(self.profile, step)
+
+    def scaling_plan(self, counts: Sequence[int] | None = None) -> Any:
+        """Notebook 04's plan on this site: GPU counts, micro-batch per GPU, the global batch to keep
+        (`workshop.slurm.steps.ScalingPlan`, the one the class budget also reads)."""
+        from workshop.slurm.steps import scaling_plan
+
+        return scaling_plan(self.profile, self.overrides, counts)
 
     # ------------------------------------------------------------------ jobs
     def run(self, step: str, wait: bool = True, resubmit: bool = False, **changes: Any) -> Any:
         """Submit `step` with `changes` (once: a re-run cell finds its job), then watch it finish."""
         from workshop.slurm import submit
 
-        config = self.config(step, **changes)
         if grading():
-            job = find_saved(step, config, self.jobs_dir, keys=[*self.overrides, *changes])
-            if job is None:
-                raise NoSavedJob(f"no saved job for step {step!r} with {changes or 'the default settings'} in "
-                                 f"{self.jobs_dir}/: run every cell (so its job runs) before you submit")
-            return job
-        job = submit(step, config, self.profile, resubmit=resubmit, jobs_dir=self.jobs_dir)
+            return self.find(step, **changes)
+        job = submit(step, self.config(step, **changes), self.profile, resubmit=resubmit, jobs_dir=self.jobs_dir)
         if wait:
-            state = job.wait()
-            if state.value != "COMPLETED":
-                print(f"job {job.job_id} ended {state.value}: {job.reason or 'see the log'}\n"
-                      f"  log: {job.log_path}\n  diagnose: workshop diagnose {job.log_path}")
+            _say_if_failed(job, job.wait())
         return job
+
+    def find(self, step: str, **changes: Any) -> Any:
+        """The newest job in jobs/ that ran `step` with these settings, matched on them alone (and the
+        notebook's overrides), whatever else it chose; submits nothing. A test cell reads through it
+        the job the student's own settings ran (`lab.find("multi_gpu", procs_per_node=4)`)."""
+        job = find_saved(step, self.config(step, **changes), self.jobs_dir, keys=[*self.overrides, *changes])
+        if job is None:
+            raise NoSavedJob(f"no saved job for step {step!r} with {changes or 'the default settings'} in "
+                             f"{self.jobs_dir}/: run every cell (so its job runs) before you submit")
+        return job
+
+    def run_all(self, runs: Mapping[Any, Mapping[str, Any]], wait: bool = True, resubmit: bool = False) -> Any:
+        """Submit every run of a cell at once, `{name: dict(step=..., **changes)}`, and watch them in one
+        display; a `JobGroup` (a mapping name -> job, with `.wait()` and `.cancel()` for all of them).
+
+        Every config is checked before the first job is submitted; the jobs then queue side by side. A
+        re-run cell finds its jobs; while grading, each is read back from the saved jobs as `run` does.
+        """
+        from workshop.slurm.group import JobGroup, submit_all
+
+        if grading():
+            return JobGroup({name: self.run(**spec) for name, spec in runs.items()})
+        specs = {name: (spec["step"], self.config(**spec)) for name, spec in runs.items()}
+        group = submit_all(specs, self.profile, jobs_dir=self.jobs_dir, resubmit=resubmit)
+        if wait:
+            for name, state in group.wait().items():
+                _say_if_failed(group[name], state)
+        return group
 
     @staticmethod
     def script(job: Any) -> None:
@@ -155,11 +209,13 @@ class Lab:
         return job.log_path if hasattr(job, "log_path") else job
 
     def plot(self, kind: str, jobs: Sequence[Any], save: str | None = None, **kw: Any) -> Any:
-        """loss | scaling | bandwidth | memory plots, saved as PNG under plots/ when `save` is given."""
+        """loss | scaling | bandwidth | memory | memory_categories plots, saved as PNG under plots/ when `save`
+        is given. memory_categories takes jobs (or the table `memory(jobs)` returned): predicted and
+        measured tensor memory per category, stacked, one pair of bars per job."""
         from workshop import plots
 
         path = Path("plots") / f"{save}.png" if save else None
-        sources = [self._source(j) for j in jobs]
+        sources = [self._source(j) for j in jobs] if not isinstance(jobs, pd.DataFrame) else []
         if kind == "loss":
             return plots.loss_curves(sources, path)
         if kind == "scaling":
@@ -168,7 +224,10 @@ class Lab:
             return plots.bandwidth_plot(sources, path)
         if kind == "memory":
             return plots.memory_bars(kw["labels"], kw["predicted"], kw["measured"], path=path)
-        raise ValueError(f"unknown plot kind {kind!r}: use loss, scaling, bandwidth or memory")
+        if kind == "memory_categories":
+            table = jobs if isinstance(jobs, pd.DataFrame) else self.memory(jobs, kw.get("names"))
+            return plots.memory_category_bars(table, path=path)
+        raise ValueError(f"unknown plot kind {kind!r}: use loss, scaling, bandwidth, memory or memory_categories")
 
 
 # ---------------------------------------------------------------------- autograded checks
@@ -186,27 +245,18 @@ def check(answers: Any, column: str, measured: pd.DataFrame | Mapping[str, Any],
           rel: float = 0.02, abs_tol: float = 0.011) -> None:
     """Autograded: the student's number for (row, column) equals what their job's log says.
 
-    `measured` is the table built from the student's own saved logs. Rounding to two decimals, or
-    to 2 %, is accepted; a number typed from someone else's run is not.
+    The older form of `workshop.checks.number` (which records the answer for the independent verdict):
+    `measured` is the table built from the student's own saved logs. Rounding to two decimals, or to
+    2 %, is accepted; a number typed from someone else's run is not.
     """
+    from workshop import checks
+
     where = f"{column}" + (f" for {row!r}" if row is not None else "")
     try:
         got = _value(answers, row, column)
     except (KeyError, IndexError, TypeError):
         raise AssertionError(f"your table has no value for {where}") from None
-    want = _value(measured, row, column)
-    if got is None or (isinstance(got, float) and pd.isna(got)):
-        raise AssertionError(f"{where} is still empty: fill it in from your job's log")
-    try:
-        got_f, want_f = float(got), float(want)
-    except (TypeError, ValueError):
-        raise AssertionError(f"{where} should be a number, got {got!r}") from None
-    if pd.isna(want_f):
-        raise AssertionError(f"your job's log has no value for {where}: did the job complete?")
-    if abs(got_f - want_f) > max(abs_tol, rel * abs(want_f)):
-        raise AssertionError(f"{where} = {got_f:g} does not match your job's log; look again at the "
-                             "WORKSHOP_SUMMARY line or the table built from the log")
-    print(f"ok: {where} = {got_f:g} matches your job's log")
+    checks.number(got, _value(measured, row, column), where, rel=rel, abs_tol=abs_tol)
 
 
 def check_all(answers: Any, measured: pd.DataFrame, columns: Iterable[str], rows: Iterable[Any]) -> None:

@@ -87,12 +87,12 @@ class BandwidthRow:
     redop: str
     root: int
     time_us: float
-    algbw_gbps: float
-    busbw_gbps: float
+    algbw_GBps: float
+    busbw_GBps: float
     wrong: int | None
     inplace_time_us: float | None = None
-    inplace_algbw_gbps: float | None = None
-    inplace_busbw_gbps: float | None = None
+    inplace_algbw_GBps: float | None = None
+    inplace_busbw_GBps: float | None = None
     inplace_wrong: int | None = None
 
 
@@ -101,17 +101,53 @@ class Bandwidth:
     """An all_reduce_perf result: rows, the `# Avg bus bandwidth` line and the devices it ran on."""
 
     rows: list[BandwidthRow] = field(default_factory=list)
-    avg_busbw_gbps: float | None = None
+    avg_busbw_GBps: float | None = None
     n_ranks: int | None = None
     hosts: list[str] = field(default_factory=list)
     n_nodes: int | None = None  # from our `# Hosts : N (...)` line
     failures: list[str] = field(default_factory=list)  # our `# FAILED: ...` gate lines
     passed: bool | None = None  # our `# PASSED` line (None: the log does not say)
+    gate_line_GBps: float | None = None  # our `# Large-message busbw : X GB/s` line
+    # NCCL_DEBUG=INFO's "Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read": (from rank, to rank, transport)
+    channels: list[tuple[int, int, str]] = field(default_factory=list)
+    network: str | None = None  # NCCL_DEBUG=INFO's "Using network IB"
 
     @property
-    def max_busbw_gbps(self) -> float | None:
-        vals = [max(r.busbw_gbps, r.inplace_busbw_gbps or 0.0) for r in self.rows]
+    def max_busbw_GBps(self) -> float | None:
+        vals = [max(r.busbw_GBps, r.inplace_busbw_GBps or 0.0) for r in self.rows]
         return max(vals) if vals else None
+
+    @property
+    def large_busbw_GBps(self) -> float | None:
+        """Bus bandwidth at the largest message (the gate's figure): our line, else the last row's best."""
+        if self.gate_line_GBps is not None:
+            return self.gate_line_GBps
+        if not self.rows:
+            return None
+        last = max(self.rows, key=lambda r: r.size_bytes)
+        return max(last.busbw_GBps, last.inplace_busbw_GBps or 0.0)
+
+    @property
+    def transport_note(self) -> str:
+        """Which transport NCCL chose, inside a node and between nodes ('' when the log has no
+        NCCL_DEBUG=INFO channel lines, e.g. gloo on CPU)."""
+        if not self.channels:
+            return ""
+        kinds: dict[str, set[str]] = {"inside a node": set(), "between nodes": set()}
+        for src, dst, via in self.channels:
+            parts = via.split("/")
+            name = "/".join(parts[:2]) if parts[0] in ("P2P", "NET") else parts[0]
+            if "GDRDMA" in parts:
+                name += " (GPUDirect RDMA)"
+            same = (len(self.hosts) > max(src, dst) and self.hosts[src] == self.hosts[dst]) or parts[0] != "NET"
+            kinds["inside a node" if same else "between nodes"].add(name)
+        text = "; ".join(f"{where} {', '.join(sorted(v))}" for where, v in kinds.items() if v)
+        if self.network:
+            text += f" (network {self.network})"
+        if any(k.startswith("NET/Socket") for k in kinds["between nodes"]):
+            text += (": TCP sockets between nodes. If the site has InfiniBand or RoCE, NCCL did not use it: "
+                     "check NCCL_IB_HCA / NCCL_SOCKET_IFNAME with the admins")
+        return "transport: " + text
 
 
 @dataclass(frozen=True)
@@ -137,11 +173,21 @@ class ParsedLog:
     steps: list[StepLine] = field(default_factory=list)
     summary: dict[str, Any] | None = None
     run_args: dict[str, Any] | None = None
+    checkpoint: dict[str, Any] | None = None  # WORKSHOP_CHECKPOINT: stopped at a checkpoint, to be resumed
     rank_facts: list[RankFact] = field(default_factory=list)
     bandwidth: Bandwidth | None = None
     slurm: list[SlurmEvent] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)  # records that were there but would not parse
     missing: list[str] = field(default_factory=list)
+    record_ranks: list[int] = field(default_factory=list)  # ranks that printed metrics; only the lowest is read
+
+    @property
+    def rank_note(self) -> str | None:
+        """Says whose figures these are when several ranks or nodes printed the same metrics."""
+        if len(self.record_ranks) < 2:
+            return None
+        return (f"figures from global rank {self.record_ranks[0]} only: ranks "
+                f"{', '.join(map(str, self.record_ranks))} each printed the run's metrics")
 
     # Views the tables and diagnose use.
     @property
@@ -197,7 +243,11 @@ _METRICS = re.compile(r"WORKSHOP_METRICS\s+(\{.*\})")
 _SUMMARY = re.compile(r"WORKSHOP_SUMMARY\s+(\{.*\})")
 _RUN_ARGS = re.compile(r"WORKSHOP_RUN_ARGS\s+(\{.*\})")
 # lines a run prints once, each a JSON object kept whole on the ParsedLog: (marker, pattern, attribute)
-_ONCE_LINES = (("WORKSHOP_SUMMARY", _SUMMARY, "summary"), ("WORKSHOP_RUN_ARGS", _RUN_ARGS, "run_args"))
+_CHECKPOINT = re.compile(r"WORKSHOP_CHECKPOINT\s+(\{.*\})")
+_ONCE_LINES = (("WORKSHOP_SUMMARY", _SUMMARY, "summary"), ("WORKSHOP_RUN_ARGS", _RUN_ARGS, "run_args"),
+               ("WORKSHOP_CHECKPOINT", _CHECKPOINT, "checkpoint"))
+# the lines whose figures describe the run; when several ranks print them, global rank 0's are read
+_RECORD_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT", "[workshop] step", "{'")
 _STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
 _RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
 _KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
@@ -208,6 +258,9 @@ _BW_DEV = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\
 _BW_HOSTS = re.compile(r"#\s*Hosts\s*:\s*(\d+)\s*\(.*?\),\s*(\d+) ranks")
 _BW_VERDICT = re.compile(r"#\s*(FAILED|PASSED)\b:?\s*(.*)")
 _BW_NGPUS = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_BW_GATE = re.compile(r"#\s*Large-message busbw\s*:\s*([-+]?[\d.]+(?:e[-+]?\d+)?|nan)\s*GB/s", re.I)
+_NCCL_CHANNEL = re.compile(r"NCCL INFO Channel \d+/\d+ : (\d+)\[\w+\] -> (\d+)\[\w+\] (?:\[\w+\] )?via (\S+)")
+_NCCL_NETWORK = re.compile(r"NCCL INFO Using network (\S+)")
 _SLURM_CANCEL = re.compile(r"\*\*\*\s*(JOB|STEP)\s+([\w.]+)\s+ON\s+(\S+)\s+CANCELLED AT\s+(\S+)(.*?)(?:\*\*\*|$)",
                            re.I)
 _SLURM_OOM = re.compile(r"Detected\s+(\d+)\s+oom[-_]kill event", re.I)
@@ -312,10 +365,10 @@ def _parse_bw_row(m: re.Match[str]) -> BandwidthRow | None:
     if t is None or a is None or b is None:
         return None
     row = dict(size_bytes=int(m.group(1)), count=int(m.group(2)), dtype=m.group(3), redop=m.group(4),
-               root=int(m.group(5)), time_us=t, algbw_gbps=a, busbw_gbps=b, wrong=wrong(cols[3]))
+               root=int(m.group(5)), time_us=t, algbw_GBps=a, busbw_GBps=b, wrong=wrong(cols[3]))
     if len(cols) >= 8:
-        row.update(inplace_time_us=num(cols[4]), inplace_algbw_gbps=num(cols[5]),
-                   inplace_busbw_gbps=num(cols[6]), inplace_wrong=wrong(cols[7]))
+        row.update(inplace_time_us=num(cols[4]), inplace_algbw_GBps=num(cols[5]),
+                   inplace_busbw_GBps=num(cols[6]), inplace_wrong=wrong(cols[7]))
     return BandwidthRow(**row)
 
 
@@ -363,10 +416,18 @@ def parse_log(source: str | Path) -> ParsedLog:
     return parse_text(text, name)
 
 
+def _record_ranks(lines: list[LogLine]) -> list[int]:
+    """The ranks (`srun --label` / `[rankN]:` prefixes) whose lines hold the run's metrics."""
+    return sorted({ln.rank for ln in lines if ln.rank is not None and any(m in ln.text for m in _RECORD_MARKERS)})
+
+
 def parse_text(text: str, name: str = "<text>") -> ParsedLog:
     log = ParsedLog(source=name)
     text = text.replace("\x00", "")
     log.lines = split_lines(text)
+    log.record_ranks = _record_ranks(log.lines)
+    # Several nodes each print the Trainer's dicts (with their own throughput): read global rank 0's.
+    other_ranks = set(log.record_ranks[1:])
     seen: set[tuple[Any, ...]] = set()
     bw = Bandwidth()
     bw_hosts: dict[int, str] = {}
@@ -379,6 +440,8 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
 
     for line in log.lines:
         t = line.text
+        if line.rank in other_ranks and any(m in t for m in _RECORD_MARKERS):
+            continue
         once_only = next(((marker, pattern, attr) for marker, pattern, attr in _ONCE_LINES if marker in t), None)
         if once_only is not None:
             m = once_only[1].search(t)
@@ -421,10 +484,22 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
                 if once(("trainer", tuple(sorted(values.items())))):
                     log.trainer.append(TrainerRecord(classify_trainer_dict(values), values, line.lineno))
             continue
+        if "NCCL INFO" in t:
+            m = _NCCL_CHANNEL.search(t)
+            if m and once(("nccl", m.groups())):
+                bw.channels.append((int(m.group(1)), int(m.group(2)), m.group(3)))
+            m = _NCCL_NETWORK.search(t)
+            if m:
+                bw.network = m.group(1)
+            continue
         if t.lstrip().startswith("#"):
             m = _BW_AVG.search(t)
             if m:
-                bw.avg_busbw_gbps = _to_float(m.group(1))
+                bw.avg_busbw_GBps = _to_float(m.group(1))
+                continue
+            m = _BW_GATE.search(t)
+            if m:
+                bw.gate_line_GBps = _to_float(m.group(1))
                 continue
             m = _BW_DEV.search(t)
             if m:
@@ -458,7 +533,7 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
             ev = _slurm_event(line)
             if ev is not None and once(("slurm", ev.kind, ev.job_id, ev.node, ev.reason, ev.text)):
                 log.slurm.append(ev)
-    if bw.rows or bw.avg_busbw_gbps is not None or bw.failures:
+    if bw.rows or bw.avg_busbw_GBps is not None or bw.failures:
         if bw_hosts:
             bw.hosts = [bw_hosts[r] for r in sorted(bw_hosts)]
             bw.n_ranks = max(bw.n_ranks or 0, len(bw_hosts))
@@ -482,7 +557,7 @@ def _missing(log: ParsedLog) -> list[str]:
     if log.bandwidth is not None and not (log.trainer or log.metrics or log.summary):
         if not log.bandwidth.rows:
             missing.append("bandwidth rows")
-        if log.bandwidth.avg_busbw_gbps is None:
+        if log.bandwidth.avg_busbw_GBps is None:
             missing.append("average bus bandwidth")
         return missing
     if log.summary is None:

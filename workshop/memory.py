@@ -1,20 +1,42 @@
-"""The memory model: how many bytes each GPU holds for a config, component by component.
+"""The memory model: bytes per GPU (or CPU rank) by category, for what the course's runs execute.
 
 Why a model and not just a measurement: before a job is submitted, a student should be able to say
 "this will not fit on one GPU, but full_shard on 4 will", and afterwards compare the prediction with
-what the run measured. The model follows what this course runs (HF Trainer, AdamW, FSDP2 with
-autocast-style mixed precision); every term is a formula written next to its reason.
+what the run measured (workshop.tensor_memory counts tensor memory by the same categories).
 
-Conventions
-- P = parameters, N = ranks a parameter is sharded over (world for full_shard/shard_grad_op, the
-  shard group for hybrid_shard, 1 for none/ddp), b = per-GPU batch, s = sequence length,
-  h = hidden size, a = attention heads, L = layers, V = vocabulary.
-- Mixed precision (bf16/fp16) keeps the parameters in fp32 — those ARE the fp32 master weights —
-  and computes with 16-bit copies; gradients and AdamW's two moments are fp32 (4 + 4 + 8 bytes/param).
-- The total is a conservative sum: it assumes every component is alive at the same time
-  (activations, logits and gradients overlap at the start of backward only in part). It excludes
-  the CUDA context (~0.5 GiB, invisible to torch.cuda.max_memory_allocated) and allocator slack.
-- 1 MB here is 2**20 bytes, the unit the training script reports.
+Categories (each one's own peak over a training step, as workshop.tensor_memory measures them) and
+`peak`, the most tensor memory alive at one moment:
+- params: the stored fp32 parameters (sharded over N under FSDP) plus, under FSDP, the units
+  gathered at once in the compute dtype (full_shard: the embedding unit, kept from the end of
+  forward to the end of backward because the tied lm_head uses it, plus one block; shard_grad_op:
+  every unit, none is resharded after forward).
+- grads: the fp32 gradients each rank stores (sharded over N under FSDP).
+- unsharded_grads (FSDP, part of `other`): a unit's full gradient before its reduce-scatter, fp32 or
+  bf16 with accelerate's MixedPrecisionPolicy (it reduces in bf16). The embedding unit's lives
+  through all of backward (the tied lm_head starts it). With gradient accumulation the Trainer skips
+  the sync on non-final micro-batches, and FSDP2 then keeps every unit's until the final one.
+- optimizer: AdamW's exp_avg and exp_avg_sq, fp32 (8 bytes per stored parameter).
+- activations: what forward leaves for backward, counted tensor by tensor from BLOOM's code with
+  the tracker (bytes per element of each shape; x = b·s tokens):
+      per block   64·x·h (fp32) | 36·x·h (16-bit)       linear, GeLU and LayerNorm inputs/outputs
+                  4 | 6 bytes per b·a·s² element         BLOOM's softmax runs in fp32 (then a bf16 copy)
+      outside     12 | 14 bytes per x·h, 64 per token    embeddings, final norm, ids/labels/mask
+      logits      8 | 10 bytes per x·V                   fp32 logits and the fp32 copy cross-entropy
+                                                         keeps (16-bit: the bf16 logits, their fp32
+                                                         upcast and the loss's copy)
+      autocast    2 bytes per weight                     DDP/one-process bf16: autocast's weight casts
+      DDP         c bytes per x·V                        DDP's forward keeps another logits-sized output
+  Activation checkpointing keeps each block's inputs (4 h-sized tensors per token) instead of its
+  internals. Calibrated on the tiny model and checked by tests against the measurement; the
+  coefficients are counts of tensors in BLOOM's forward, not per-run constants.
+- other: temporaries (the loss gradient, gradients of activations in backward), DDP's all-reduce
+  copies, FSDP's all-gather/reduce-scatter buffers.
+- peak: at the start of backward: stored params + gathered units + optimizer state + activations +
+  the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
+  the largest activations of all.
+- host_*: with offload, the sharded params, grads and AdamW state live in host memory.
+1 MB here is 2**20 bytes, the unit the training script reports. Not included: the CUDA context (~0.5
+GiB) and the caching allocator's slack (compare with `allocator_peak` on a GPU).
 """
 
 from __future__ import annotations
@@ -80,140 +102,188 @@ def get_arch(model: str | Arch) -> Arch:
         raise ValueError(f"unknown model profile {model!r}; use one of {', '.join(PROFILES)}") from None
 
 
+CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
+HOST = ("host_params", "host_grads", "host_optimizer")
+
+
 @dataclass
 class Breakdown:
-    """Bytes per GPU by component; `total` is their sum, `cpu` what offload moved to host memory."""
+    """Predicted bytes per GPU (or CPU rank) by category; `peak` the most alive at once (`total` too)."""
 
-    params: int = 0  # weights the forward computes with, beyond the stored copy (16-bit casts)
-    master_weights: int = 0  # the stored (fp32) parameters, or this rank's shard of them
+    params: int = 0
     grads: int = 0
     optimizer: int = 0
-    gather_buffer: int = 0  # FSDP: unsharded units alive at once
-    comm_buffers: int = 0  # DDP gradient buckets / FSDP's unsharded gradient before reduce-scatter
     activations: int = 0
-    logits: int = 0
-    cpu: int = 0  # offloaded to host memory (not in total)
+    other: int = 0
+    peak: int = 0
+    host_params: int = 0
+    host_grads: int = 0
+    host_optimizer: int = 0
+    unsharded_grads: int = 0  # FSDP: full gradients before their reduce-scatter (counted in `other`)
     n_params: int = 0
     shard_size: int = 1
     notes: list[str] = field(default_factory=list)
 
-    COMPONENTS = ("params", "master_weights", "grads", "optimizer", "gather_buffer", "comm_buffers",
-                  "activations", "logits")
+    COMPONENTS = CATEGORIES
 
     @property
     def total(self) -> int:
-        return sum(getattr(self, c) for c in self.COMPONENTS)
+        return self.peak
 
     @property
     def total_mb(self) -> float:
-        return self.total / MB
+        return self.peak / MB
+
+    @property
+    def cpu(self) -> int:
+        return self.host_params + self.host_grads + self.host_optimizer
 
     def as_mb(self) -> dict[str, float]:
-        out = {c: getattr(self, c) / MB for c in self.COMPONENTS}
+        out = {c: getattr(self, c) / MB for c in (*CATEGORIES, "peak", *HOST, "unsharded_grads")}
+        out["host"] = self.cpu / MB
         out["total"] = self.total_mb
-        out["cpu"] = self.cpu / MB
         return out
 
 
+# Bytes per element of each activation shape, by how the run computes (see the module docstring).
+ACT_COEF = {
+    "fp32": dict(block=64, scores=4, outside=12, logits=8),
+    "mixed": dict(block=36, scores=6, outside=14, logits=10),
+}
+AC_BLOCK_INPUTS = 4  # h-sized tensors per token a checkpointed block keeps
+TOKEN_BYTES = 64  # input ids, labels, attention mask and position terms per token
+
+
 def activation_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "bf16",
-                     checkpointing: bool = False) -> int:
-    """Activations kept for backward, after Korthikanti et al. 2022, "Reducing Activation
-    Recomputation in Large Transformer Models" (arXiv:2205.05198), eq. (1): a GPT block stores
-    s·b·h·(34 + 5·a·s/h) bytes with 16-bit activations (34 sbh: the linear/LayerNorm/GeLU inputs and
-    dropout masks; 5as²b: the attention scores, softmax output and its mask). fp32 doubles it.
-    With activation checkpointing each block keeps only its input (2·s·b·h bytes in 16-bit) and one
-    block's full set is recomputed at a time during backward (their section 4, "full recomputation").
-    BLOOM runs without dropout, so the masks (3 of the 34 and 1 of the 5) are an overestimate, and
-    autocast's fp32 LayerNorm outputs an underestimate; the formula is the textbook one, kept as is.
-    """
-    s, b, h, a = seq_len, batch_size, arch.hidden, arch.heads
-    scale = COMPUTE_BYTES[precision] / 2
-    per_layer = s * b * h * (34 + 5 * a * s / h) * scale
+                     checkpointing: bool = False, sharding: str = "none") -> int:
+    """Activations alive at the end of forward (the loss computed), for BLOOM as the course runs it."""
+    x, h, V, L = batch_size * seq_len, arch.hidden, arch.vocab, arch.layers
+    c = COMPUTE_BYTES[precision]
+    k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
+    scores = batch_size * arch.heads * seq_len * seq_len
+    block = AC_BLOCK_INPUTS * c * x * h if checkpointing else k["block"] * x * h + k["scores"] * scores
+    total = L * block + k["outside"] * x * h + TOKEN_BYTES * x + k["logits"] * x * V
+    if precision != "fp32" and sharding in ("none", "ddp"):
+        total += c * (V * h + L * 12 * h * h)  # autocast's 16-bit copies of the matmul weights
+    if sharding == "ddp" and not checkpointing:
+        total += c * x * V  # DDP's forward output: another logits-sized tensor
+    return int(total)
+
+
+def recomputed_block(arch: Arch, x: int, batch_size: int, seq_len: int, precision: str, checkpointing: bool) -> int:
+    """With activation checkpointing, backward recomputes one block's full activations at a time."""
     if not checkpointing:
-        return int(arch.layers * per_layer)
-    inputs = arch.layers * 2 * s * b * h * scale
-    return int(inputs + per_layer)
+        return 0
+    k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
+    return k["block"] * x * arch.hidden + k["scores"] * batch_size * arch.heads * seq_len * seq_len
 
 
-def logits_bytes(arch: Arch, batch_size: int, seq_len: int) -> int:
-    """The loss upcasts logits to fp32 (b·s·V·4 bytes) and backward makes their gradient (the same
-    again): with BLOOM's 250,880-token vocabulary this is often the largest activation of all."""
-    return 2 * batch_size * seq_len * arch.vocab * 4
+def logits_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "fp32") -> int:
+    """The loss's gradient w.r.t. the logits (compute dtype): alive with every activation at backward's start."""
+    return COMPUTE_BYTES[precision] * batch_size * seq_len * arch.vocab
 
 
 def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1,
              precision: str = "bf16", batch_size: int = 8, max_length: int = 512, offload: bool = False,
-             activation_checkpointing: bool = False, replicas: int = 1, prefetch: bool = True) -> Breakdown:
-    """Predicted bytes per GPU for one config (see the module docstring for the conventions)."""
+             activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1) -> Breakdown:
+    """Predicted bytes per GPU (or CPU rank) by category for one config (see the module docstring).
+
+    `max_length` is the sequence length the step trains on (with dynamic padding: its longest example)."""
     arch = get_arch(model)
     if sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {sharding!r}; use one of {', '.join(SHARDINGS)}")
     if precision not in COMPUTE_BYTES:
         raise ValueError(f"unknown precision {precision!r}; use fp32, bf16 or fp16")
-    if world_size < 1 or batch_size < 1 or max_length < 1 or replicas < 1:
-        raise ValueError("world_size, batch_size, max_length and replicas must be >= 1")
+    if world_size < 1 or batch_size < 1 or max_length < 1 or replicas < 1 or grad_acc < 1:
+        raise ValueError("world_size, batch_size, max_length, replicas and grad_acc must be >= 1")
     if sharding == "none" and world_size != 1:
         raise ValueError("sharding 'none' is one process: use world_size=1, or ddp/an FSDP strategy")
     if offload and sharding in ("none", "ddp"):
         raise ValueError("offload needs an FSDP strategy")
     fsdp = sharding in ("full_shard", "shard_grad_op", "hybrid_shard")
     if sharding == "hybrid_shard":
-        if world_size % replicas or world_size // replicas < 1:
+        if world_size % replicas:
             raise ValueError(f"hybrid_shard: {replicas} replicas do not divide world size {world_size}")
         n = world_size // replicas
     else:
         n = world_size if fsdp else 1
-    P = arch.params
-    cb = COMPUTE_BYTES[precision]
-    mixed = precision != "fp32"
+    P, Vh, block = arch.params, arch.vocab * arch.hidden, arch.block_params
+    c = COMPUTE_BYTES[precision]
     bd = Breakdown(n_params=P, shard_size=n)
-
-    # Stored parameters: fp32, sharded over N under FSDP (these are the master weights when mixed).
-    stored = 4 * P // n
-    # Gradients land on the stored parameters (fp32); AdamW keeps exp_avg and exp_avg_sq (2 x fp32).
-    grads, optim = 4 * P // n, 8 * P // n
-    if mixed:
-        bd.master_weights = stored
-    else:
-        bd.params = stored
-    if fsdp:
-        # FSDP2 keeps the root unit (embeddings + final norm) gathered from forward to backward, and
-        # gathers one block ahead (prefetch): root + 2 blocks unsharded in the compute dtype.
-        unit_max = max(arch.root_params, arch.block_params)
-        if sharding == "shard_grad_op":
-            # reshard_after_forward=False: every unit stays unsharded between forward and backward.
-            bd.gather_buffer = cb * P
-        else:
-            bd.gather_buffer = cb * (arch.root_params + (2 if prefetch else 1) * arch.block_params)
-        # Each unit's gradient exists unsharded (compute dtype) before it is reduce-scattered.
-        bd.comm_buffers = cb * unit_max
-    else:
-        if mixed:
-            # Autocast caches a 16-bit cast of every weight for the forward; backward reuses it.
-            bd.params = cb * P
+    x = batch_size * max_length
+    stored, optim = 4 * P // n, 8 * P // n
+    bd.activations = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing, sharding)
+    loss_grad = logits_bytes(arch, batch_size, max_length, precision)
+    # backward's temporaries: the largest of the logits' gradients and the h-sized ones near the embedding
+    bd.other = max(8 * x * arch.vocab, 100 * x * arch.hidden + 4 * Vh)
+    if not fsdp:
+        bd.params, bd.grads, bd.optimizer = 4 * P, 4 * P, 8 * P
         if sharding == "ddp":
-            # DDP's gradient buckets are a second fp32 copy (gradient_as_bucket_view=False default).
-            bd.comm_buffers = 4 * P
-    bd.grads, bd.optimizer = grads, optim
+            bd.other += 4 * P  # the all-reduce's gradient copies
+        act_at_peak = bd.activations - (c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0)
+        held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
+        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, bd.activations + recomputed_block(arch, x, batch_size,
+                                      max_length, precision, activation_checkpointing))
+        return bd
+    # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
+    gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + block)
+    gathered_at_peak = c * P if sharding == "shard_grad_op" else c * Vh
+    grad_dtype = 4 if precision == "fp32" else 2  # accelerate reduces in the compute dtype
+    # no sync on non-final micro-batches: every unit keeps its unsharded gradient until the last one
+    held = grad_dtype * P if grad_acc > 1 else 0
+    bd.unsharded_grads = max(held, grad_dtype * (max(Vh, block) if offload else Vh))
+    bd.other += 4 * (Vh + block)  # all-gather and reduce-scatter buffers
     if offload:
-        moved = bd.master_weights + bd.params + bd.grads + bd.optimizer
-        bd.cpu = moved
-        bd.master_weights = bd.params = bd.grads = bd.optimizer = 0
+        bd.params = gathered_max
+        bd.host_params, bd.host_grads, bd.host_optimizer = stored, 4 * P // n, optim
+        bd.peak = gathered_at_peak + held + bd.activations + max(loss_grad, recomputed_block(
+            arch, x, batch_size, max_length, precision, activation_checkpointing))
         bd.notes.append("offload: sharded params, grads and AdamW states live in host memory")
-    bd.activations = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing)
-    bd.logits = logits_bytes(arch, batch_size, max_length)
+    else:
+        bd.params = stored + gathered_max
+        bd.grads = 4 * P // n
+        bd.optimizer = optim
+        bd.peak = stored + gathered_at_peak + optim + held + bd.activations + max(loss_grad, recomputed_block(
+            arch, x, batch_size, max_length, precision, activation_checkpointing))
     return bd
 
 
-def estimate_config(cfg: Any) -> Breakdown:
-    """The prediction for a RunConfig (or its resolved dict from run_args.json)."""
+def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None) -> Breakdown:
+    """The prediction for a RunConfig (or its resolved dict from run_args.json); `batch_shape`
+    (micro-batch, sequence length) is what a measured step trained on (summary.json's
+    tensor_mem_mb_per_rank[r]["batch_shape"]; dynamic padding makes it shorter than max_length)."""
     get = (lambda k, d=None: cfg.get(k, d)) if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
     world = get("world_size") or int(get("nodes", 1)) * int(get("procs_per_node", 1))
     sharding = get("sharding", "none")
     replicas = get("replicas") or (get("hybrid_replicas") or get("nodes", 1) if sharding == "hybrid_shard" else 1)
-    return estimate(get("model", "tiny"), sharding, int(world), get("precision", "fp32"),
-                    int(get("batch_size", 1)), int(get("max_length", 256)), bool(get("offload", False)),
-                    bool(get("activation_checkpointing", False)), int(replicas or 1))
+    batch, seq = batch_shape or (int(get("batch_size", 1)), int(get("max_length", 256)))
+    global_batch = int(get("global_batch", 0) or 0)
+    grad_acc = max(1, global_batch // (int(get("batch_size", 1)) * int(world))) if global_batch else int(get("grad_acc", 1) or 1)
+    return estimate(get("model", "tiny"), sharding, int(world), get("precision", "fp32"), int(batch), int(seq),
+                    bool(get("offload", False)), bool(get("activation_checkpointing", False)), int(replicas or 1),
+                    grad_acc)
+
+
+COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
+
+
+def compare(summary: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Predicted vs measured MB per rank and category for one run (summary.json + run_args.json's config).
+
+    Each rank is predicted at the batch shape its measured step trained on."""
+    rows = []
+    for rank, measured in enumerate(summary.get("tensor_mem_mb_per_rank") or []):
+        if not measured:
+            continue
+        predicted = estimate_config(config, measured.get("batch_shape")).as_mb()
+        for category in COMPARED:
+            if category not in measured and category in (*HOST, "unsharded_grads"):
+                continue
+            got, want = measured.get(category), predicted[category]
+            rows.append({"rank": rank, "category": category, "predicted_mb": round(want, 3),
+                         "measured_mb": got,
+                         "rel_error": round((want - got) / got, 4) if got else None})
+    return rows
 
 
 # ---------------------------------------------------------------------------------------- what fits
@@ -265,13 +335,31 @@ def largest_model_that_fits(gpu_gb: float, sharding: str = "none", world_size: i
 
 def format_breakdown(bd: Breakdown) -> str:
     mb = bd.as_mb()
-    width = max(map(len, mb))
-    lines = [f"parameters: {bd.n_params:,} (sharded over {bd.shard_size})"]
-    lines += [f"  {k:<{width}}  {v:>10,.0f} MB" for k, v in mb.items() if k not in ("total", "cpu")]
-    lines.append(f"  {'total':<{width}}  {mb['total']:>10,.0f} MB  ({bd.total / GiB:.2f} GiB per GPU)")
+    lines = [f"parameters: {bd.n_params:,} (sharded over {bd.shard_size})",
+             "per GPU (each category's own peak over a step):"]
+    lines += [f"  {k:<12} {mb[k]:>12,.1f} MB" for k in CATEGORIES]
+    lines.append(f"  {'peak':<12} {mb['peak']:>12,.1f} MB  ({bd.peak / GiB:.2f} GiB per GPU, most alive at once)")
     if bd.cpu:
-        lines.append(f"  {'cpu':<{width}}  {mb['cpu']:>10,.0f} MB  (host memory per rank)")
+        lines += [f"  {k:<12} {mb[k]:>12,.1f} MB  (host memory per rank)" for k in (*HOST, "host")]
     lines += [f"note: {n}" for n in bd.notes]
+    return "\n".join(lines)
+
+
+# The course's configurations, as the notebooks quote them for BLOOM-560M (bf16, 8 x 512 tokens per GPU).
+COURSE_CONFIGS = (("one GPU", "none", 1, False, False), ("ddp x4", "ddp", 4, False, False),
+                  ("full_shard x4", "full_shard", 4, False, False), ("shard_grad_op x4", "shard_grad_op", 4, False, False),
+                  ("full_shard x4 + offload", "full_shard", 4, True, False),
+                  ("full_shard x4 + AC", "full_shard", 4, False, True))
+
+
+def course_table(model: str = "bloom-560m", precision: str = "bf16", batch_size: int = 8, max_length: int = 512) -> str:
+    """One line per course configuration: MB per GPU by category, peak, and host memory."""
+    cols = (*CATEGORIES, "peak", "host")
+    lines = [f"{model}, {precision}, batch {batch_size} x {max_length} tokens per GPU (MB per GPU):",
+             f"  {'config':<24}" + "".join(f"{c:>12}" for c in cols)]
+    for label, sharding, world, offload, ac in COURSE_CONFIGS:
+        mb = estimate(model, sharding, world, precision, batch_size, max_length, offload, ac).as_mb()
+        lines.append(f"  {label:<24}" + "".join(f"{mb[c]:>12,.0f}" for c in cols))
     return "\n".join(lines)
 
 
@@ -286,13 +374,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--offload", action="store_true")
     p.add_argument("--activation-checkpointing", action="store_true")
     p.add_argument("--replicas", type=int, default=1, help="hybrid_shard replica groups")
+    p.add_argument("--grad-acc", type=int, default=1, help="gradient accumulation steps")
     p.add_argument("--fit-gpu-gb", type=float, default=None,
                    help="also report the largest BLOOM-shaped model that fits a GPU of this many GiB")
     p.add_argument("--json", action="store_true", help="print the breakdown as JSON (MB)")
+    p.add_argument("--course", action="store_true",
+                   help="print the course's configurations for --model (the figures the notebooks quote)")
     args = p.parse_args(argv)
+    if args.course:
+        print(course_table(args.model, args.precision, args.batch_size, args.max_length))
+        return 0
     try:
         bd = estimate(args.model, args.sharding, args.world_size, args.precision, args.batch_size,
-                      args.max_length, args.offload, args.activation_checkpointing, args.replicas)
+                      args.max_length, args.offload, args.activation_checkpointing, args.replicas, args.grad_acc)
     except ValueError as e:
         print(f"workshop estimate: {e}", file=sys.stderr)
         return 2

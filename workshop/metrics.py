@@ -14,6 +14,7 @@ measures useful work, not hardware work. On a CPU there is no honest peak, so MF
 from __future__ import annotations
 
 import json
+import re
 import resource
 import time
 from dataclasses import dataclass, field
@@ -24,15 +25,41 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-# Dense peak TFLOP/s by GPU name fragment and compute precision (vendor data sheets, SXM parts).
-PEAK_TFLOPS: dict[str, dict[str, float]] = {
-    "H200": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-    "H100": {"bf16": 989.0, "fp16": 989.0, "fp32": 67.0},
-    "A100": {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5},
-    "V100": {"fp16": 125.0, "fp32": 15.7},
-    "L40S": {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6},
-    "A10": {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2},
-}
+# Dense (no structured sparsity) peak TFLOP/s by the name torch.cuda.get_device_name() reports, most
+# specific pattern first: an H100 PCIe or NVL is not an SXM, an A10G is not an A10. Sources, NVIDIA's
+# data sheets (they print sparse figures with a *; the dense figure is half):
+#   H100 SXM / NVL: "NVIDIA H100 Tensor Core GPU" data sheet (SXM 1,979* bf16, fp32 67; NVL 1,671*, fp32 60)
+#   H100 PCIe:      the same data sheet's 2022 edition (PCIe 1,513* bf16, fp32 51)
+#   H200 SXM / NVL: "NVIDIA H200 Tensor Core GPU" data sheet (SXM 1,979*, fp32 67; NVL 1,671*, fp32 60)
+#   A100 SXM/PCIe:  "NVIDIA A100 Tensor Core GPU" data sheet (312 bf16/fp16 dense, fp32 19.5, both forms)
+#   V100 SXM2/PCIe/V100S: "NVIDIA V100 Tensor Core GPU" data sheet (tensor 125 / 112 / 130, fp32 15.7 / 14 / 16.4)
+#   L40S: "NVIDIA L40S" data sheet (362 | 733* bf16, fp32 91.6);  L4: "NVIDIA L4" data sheet (242* bf16, fp32 30.3)
+#   A10:  "NVIDIA A10 Tensor Core GPU" data sheet (250* bf16/fp16, fp32 31.2)
+# A10G (AWS G5): NVIDIA publishes no data sheet and it has fewer tensor FLOPs than an A10, so it has no
+# entry: its MFU stays empty rather than wrong. Names that match nothing here get no MFU either.
+PEAK_TFLOPS: list[tuple[str, dict[str, float]]] = [
+    (r"H200.*NVL", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}),
+    (r"H200", {"bf16": 989.5, "fp16": 989.5, "fp32": 67.0}),
+    (r"H100.*NVL", {"bf16": 835.5, "fp16": 835.5, "fp32": 60.0}),
+    (r"H100.*PCIe", {"bf16": 756.5, "fp16": 756.5, "fp32": 51.0}),
+    (r"H100", {"bf16": 989.5, "fp16": 989.5, "fp32": 67.0}),         # "H100 80GB HBM3", "H100 SXM5"
+    (r"A100", {"bf16": 312.0, "fp16": 312.0, "fp32": 19.5}),
+    (r"V100S", {"fp16": 130.0, "fp32": 16.4}),
+    (r"V100.*PCI", {"fp16": 112.0, "fp32": 14.0}),
+    (r"V100", {"fp16": 125.0, "fp32": 15.7}),
+    (r"L40S", {"bf16": 362.0, "fp16": 362.0, "fp32": 91.6}),
+    (r"\bL4\b", {"bf16": 121.0, "fp16": 121.0, "fp32": 30.3}),
+    (r"\bA10G\b", {}),
+    (r"\bA10\b", {"bf16": 125.0, "fp16": 125.0, "fp32": 31.2}),
+]
+
+
+def peak_for_name(name: str, precision: str) -> float | None:
+    """The data-sheet peak for a GPU name and precision; None where no data sheet says (MFU left empty)."""
+    for pattern, peaks in PEAK_TFLOPS:
+        if re.search(pattern, name, re.I):
+            return peaks.get(precision)
+    return None
 
 
 def flops_per_token(n_params: int, n_layer: int, hidden: int, seq_len: float) -> float:
@@ -42,19 +69,23 @@ def flops_per_token(n_params: int, n_layer: int, hidden: int, seq_len: float) ->
 def peak_tflops(device: torch.device, precision: str) -> float | None:
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    for fragment, peaks in PEAK_TFLOPS.items():
-        if fragment in name:
-            return peaks.get(precision)
-    return None
+    return peak_for_name(torch.cuda.get_device_name(device), precision)
 
 
-def peak_memory_mb(device: torch.device) -> tuple[float, float | None, str]:
-    """(peak used, peak reserved or None, kind): CUDA allocator peaks on a GPU, peak RSS on a CPU."""
+def peak_rss_mb() -> float:
+    """The process's peak resident memory: interpreter, libraries and tensors together."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def peak_memory_mb(device: torch.device, tensor_memory: Any = None) -> tuple[float | None, float | None, str]:
+    """(peak used, peak reserved or None, kind): the CUDA allocator's peaks over training on a GPU; on a CPU
+    the tensor peak of the step `tensor_memory` (workshop.tensor_memory) measured, or peak RSS without it."""
     if device.type == "cuda":
         return (torch.cuda.max_memory_allocated(device) / 2**20,
                 torch.cuda.max_memory_reserved(device) / 2**20, "cuda_allocated")
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, None, "rss"
+    if tensor_memory is not None:
+        return tensor_memory.peak_so_far_mb(), None, "tensor"
+    return peak_rss_mb(), None, "rss"
 
 
 def gpu_utilisation(device: torch.device) -> float | None:
@@ -66,15 +97,33 @@ def gpu_utilisation(device: torch.device) -> float | None:
         return None
 
 
+def warmup_steps(max_steps: int) -> int:
+    """Steps left out of the throughput window: the first ones pay for CUDA context and allocator
+    growth, NCCL communicator set-up and FSDP's lazy initialisation, not for training. 10 % of the
+    run, at least 1 and at most 10 steps."""
+    return max(1, min(10, max_steps // 10))
+
+
 @dataclass
 class StepCounter:
-    """Samples and non-pad tokens this rank has trained on since the last log."""
+    """Samples and non-pad tokens this rank has trained on since the last log; `totals` sums the
+    throughput window (logs after the warm-up steps), `warmup` the logs before it."""
 
     samples: int = 0
     tokens: int = 0
+    last_shape: tuple[int, ...] = ()
     totals: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
+    warmup: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
+    window: dict[str, int] = field(default_factory=lambda: {"warmup_steps": 0, "from_step": 0, "to_step": 0})
+
+    def close_window(self) -> None:
+        """A run too short to leave the warm-up: count its warm-up steps, and say so in `window`."""
+        if not self.totals["seconds"] and self.warmup["seconds"]:
+            self.totals.update(self.warmup)
+            self.window["from_step"], self.window["warmup_steps"] = 1, 0
 
     def add(self, batch: dict[str, torch.Tensor]) -> None:
+        self.last_shape = tuple(batch["input_ids"].shape)  # what the memory measurement's step trained on
         self.samples += int(batch["input_ids"].shape[0])
         mask = batch.get("attention_mask")
         self.tokens += int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
@@ -98,6 +147,11 @@ def _all_gather(value: Any) -> list[Any]:
     return out
 
 
+def mem_text(peak_mb: float | None) -> str:
+    """The step line's memory field; before the measured step on a CPU there is no tensor peak yet."""
+    return f"mem {peak_mb:.1f} MB" if peak_mb is not None else "mem n/a"
+
+
 class MetricsCallback(TrainerCallback):
     """Writes metrics.jsonl and prints the step line; every rank joins the collectives in on_log."""
 
@@ -109,12 +163,20 @@ class MetricsCallback(TrainerCallback):
         self.peak = peak_tflops(device, precision)
         self.records: list[dict[str, Any]] = []
         self._last = time.perf_counter()
+        self.warmup_until = 0
         self.on_train_begin_hooks: list[Any] = []
+        self.tensor_memory: Any = None  # workshop.tensor_memory.TensorMemoryCallback, when the run measures
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         for hook in self.on_train_begin_hooks:
             hook()
+        # after a resume the first steps warm up again: the window starts after them too
+        self.warmup_until = state.global_step + warmup_steps(state.max_steps)
+        self.counter.window.update(warmup_steps=warmup_steps(state.max_steps), from_step=0, to_step=0)
         self._last = time.perf_counter()
+
+    def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        self.counter.close_window()
 
     def _emit(self, record: dict[str, Any]) -> None:
         self.records.append(record)
@@ -130,12 +192,19 @@ class MetricsCallback(TrainerCallback):
             now = time.perf_counter()
             elapsed, self._last = now - self._last, now
             samples, tokens = _all_reduce_sum([self.counter.samples, self.counter.tokens])
-            self.counter.totals["samples"] += samples
-            self.counter.totals["tokens"] += tokens
-            self.counter.totals["seconds"] += elapsed
+            warm = state.global_step <= self.warmup_until
+            sums = self.counter.warmup if warm else self.counter.totals
+            sums["samples"] += samples
+            sums["tokens"] += tokens
+            sums["seconds"] += elapsed
+            if not warm:
+                window = self.counter.window
+                window["from_step"] = window["from_step"] or state.global_step - args.logging_steps + 1
+                window["to_step"] = state.global_step
             self.counter.samples = self.counter.tokens = 0
-            used, reserved, kind = peak_memory_mb(self.device)
-            per_rank = _all_gather(round(used, 1))
+            used, reserved, kind = peak_memory_mb(self.device, self.tensor_memory)
+            per_rank = _all_gather(round(used, 1) if used is not None else None)
+            rss = max(_all_gather(round(peak_rss_mb(), 1)))
             reserved_all = _all_gather(reserved)
             seq = tokens / samples if samples else 0.0
             tok_s = tokens / elapsed if elapsed > 0 else 0.0
@@ -147,18 +216,20 @@ class MetricsCallback(TrainerCallback):
                 "grad_norm": float(logs["grad_norm"]) if "grad_norm" in logs else None,
                 "step_time_s": round(elapsed / max(1, args.logging_steps), 4),
                 "samples_per_s": round(samples / elapsed, 3) if elapsed > 0 else None,
-                "tokens_per_s": round(tok_s, 1), "peak_mem_mb": max(per_rank),
-                "peak_mem_mb_per_rank": per_rank, "mem_kind": kind,
+                "tokens_per_s": round(tok_s, 1),
+                "peak_mem_mb": max(per_rank) if None not in per_rank else None,
+                "peak_mem_mb_per_rank": per_rank, "mem_kind": kind, "rss_mb": rss,
                 "peak_reserved_mb": max(r for r in reserved_all) if reserved is not None else None,
                 "gpu_util_pct": gpu_utilisation(self.device), "tflops": round(tflops, 6),
                 "mfu": round(tflops / (self.peak * world), 4) if self.peak else None,
+                "warmup": warm,
             }
             self._emit(record)
             if self.is_main:
                 mfu = f"{record['mfu']:.1%}" if record["mfu"] is not None else "n/a"
                 print(f"[workshop] step {state.global_step}/{state.max_steps} | loss {record['loss']:.4f} | "
                       f"{record['samples_per_s']} samples/s | {record['tokens_per_s']:.0f} tok/s | "
-                      f"mem {record['peak_mem_mb']:.0f} MB | mfu {mfu}", flush=True)
+                      f"{mem_text(record['peak_mem_mb'])} | rss {rss:.0f} MB | mfu {mfu}", flush=True)
         elif "eval_loss" in logs:
             self._emit({"kind": "eval", "step": state.global_step, "epoch": round(state.epoch or 0.0, 4),
                         "eval_loss": float(logs["eval_loss"]),

@@ -5,7 +5,8 @@
 Two kinds of templating meet here, on purpose kept apart:
 
 * `@{name}` placeholders (the same syntax as `slurm/templates/`) are filled now, from the profile:
-  the form's partitions, GPU types, account, reservation and hours; the per-partition cores and
+  the form's partitions, GPU types, account, reservation and session minutes (capped by each
+  partition's MaxTime); the per-partition cores and
   memory `submit.yml.erb` asks for; the environment set-up and exports of `template/script.sh.erb`.
 * ERB (`<%= ... %>`) is left alone: Open OnDemand evaluates it when a student launches a session
   (the form's values, the node's host, port and password), exactly as in OOD's own Jupyter app.
@@ -26,7 +27,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from workshop.profiles import SLURM_DIR, Profile, ProfileError, load_profile
+from workshop.profiles import SLURM_DIR, Profile, ProfileError, current_env_activation, load_profile, time_seconds
 from workshop.slurm.render import shell_value
 
 OOD_DIR = SLURM_DIR / "ood"
@@ -45,11 +46,21 @@ def _mem_mb(mem: str) -> int:
     return int(int(mem[:-1]) * _MEM_MB[mem[-1]]) if mem else 0
 
 
-def _hours(time: str) -> int:
-    """Slurm `D-HH:MM:SS` / `HH:MM:SS` -> whole hours, at least 1 (the form counts hours)."""
-    days, _, rest = time.rpartition("-")
-    parts = [int(x) for x in rest.split(":")] + [0, 0]
-    return max(1, math.ceil(int(days or 0) * 24 + parts[0] + parts[1] / 60 + parts[2] / 3600))
+SESSION_STEP_MIN = 15      # the form's minutes go in steps of this; the shortest session
+SESSION_MAX_MIN = 12 * 60  # the longest, where the partition allows more
+
+
+def max_minutes(max_time: str) -> int:
+    """The longest session a partition takes, in whole minutes (its MaxTime; 12 h where none is known)."""
+    return min(SESSION_MAX_MIN, time_seconds(max_time) // 60) if max_time else SESSION_MAX_MIN
+
+
+def session_minutes(profile: Profile) -> tuple[int, int]:
+    """(default, maximum) minutes of a session on the profile's default partition: the profile's
+    time, rounded up to the form's step, never beyond the partition's limit."""
+    cap = max_minutes(profile.partitions[profile.partition].max_time)
+    wanted = math.ceil(time_seconds(profile.time) / 60 / SESSION_STEP_MIN) * SESSION_STEP_MIN
+    return max(min(wanted, cap), min(SESSION_STEP_MIN, cap)), cap
 
 
 def _ruby_hash(values: dict[str, int]) -> str:
@@ -70,17 +81,18 @@ def site_values(profile: Profile, cluster: str | None = None, course_dir: str = 
     for p in parts:
         label = p.name + (f": {p.gpus_per_node} x {p.gpu_name or p.gpu_type or 'GPU'} per node" if p.gpus_per_node
                           else ": no GPUs")
-        extra = [f"data-max-num-gpus: {p.gpus_per_node}"]
+        extra = [f"data-max-num-gpus: {p.gpus_per_node}", f"data-max-session-minutes: {max_minutes(p.max_time)}"]
         if p.gpu_type:
             extra.append(f"data-set-gpu-type: {_q(p.gpu_type)}")
         options.append(f"      - [{_q(label)}, {_q(p.name)}, {', '.join(extra)}]")
     gpu_types = sorted({p.gpu_type for p in parts if p.gpu_type})
     type_options = [f"      - [{_q('any')}, {_q('')}]"] + [f"      - [{_q(t)}, {_q(t)}]" for t in gpu_types]
-    setup = list(profile.setup) or [":  # nothing to activate: the site's profile has no [env] setup"]
+    setup = list(profile.setup) or current_env_activation()
     workshop_profile = profile.name if Path(profile.source).parent == SLURM_DIR / "profiles" else profile.source
     exports = [f"export WORKSHOP_PROFILE={shlex.quote(workshop_profile)}"]
     if profile.hf_home:
         exports.append(f"export HF_HOME={shell_value(profile.hf_home)}")
+    exports += ["export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1"]   # a compute node: the cache only
     exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
     exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
     return {
@@ -92,7 +104,9 @@ def site_values(profile: Profile, cluster: str | None = None, course_dir: str = 
         "partition_options": "\n".join(options),
         "account": _q(profile.account),
         "reservation": _q(profile.reservation),
-        "hours": str(_hours(profile.time)),
+        "minutes": str(session_minutes(profile)[0]),
+        "min_minutes": str(min(SESSION_STEP_MIN, min(max_minutes(p.max_time) for p in parts))),
+        "max_minutes": str(session_minutes(profile)[1]),
         "gpu_type_options": "\n".join(type_options),
         "max_gpus": str(max(p.gpus_per_node for p in parts)),
         "cpus_per_gpu": _ruby_hash({p.name: p.cpus_per_proc for p in parts}),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import matplotlib
 
@@ -22,6 +22,9 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from workshop.logs import ParsedLog, load  # noqa: E402
 from workshop.tables import RunLike, scaling_table  # noqa: E402
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def _save(fig: Figure, path: str | Path | None) -> Figure:
@@ -92,6 +95,35 @@ def memory_bars(labels: Sequence[str], predicted_mb: Sequence[float], measured_m
     return _save(fig, path)
 
 
+STACK = ("params", "grads", "optimizer", "activations", "other")
+
+
+def memory_category_bars(table: "pd.DataFrame", path: str | Path | None = None) -> Figure:
+    """Predicted (hatched) and measured tensor memory per GPU, stacked by category, one pair per run;
+    a black tick marks each bar's peak (the most alive at once: less than the stack, since categories
+    peak at different moments of a step)."""
+    runs = list(dict.fromkeys(table.index.get_level_values("run")))
+    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(runs) + 2), 4.5))
+    w = 0.38
+    for i, run in enumerate(runs):
+        rows = table.loc[run]
+        for offset, column, hatch in ((-w / 2, "predicted_mb", "//"), (w / 2, "measured_mb", None)):
+            bottom = 0.0
+            for j, category in enumerate(STACK):
+                value = float(rows.loc[category, column]) if category in rows.index else 0.0
+                ax.bar(i + offset, value, w, bottom=bottom, color=f"C{j}", hatch=hatch, edgecolor="white",
+                       label=category if i == 0 and hatch is None else None)
+                bottom += value
+            if "peak" in rows.index:
+                ax.plot([i + offset - w / 2, i + offset + w / 2], [rows.loc["peak", column]] * 2, color="black")
+    ax.set_xticks(range(len(runs)), [f"{r}\npredicted | measured" for r in runs], fontsize=8)
+    ax.set_ylabel("tensor memory per GPU / rank (MB)")
+    ax.set_title("Memory model (hatched) vs measurement, by category; black: peak")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
 def scaling_plot(runs: Iterable[RunLike], path: str | Path | None = None) -> Figure:
     """Throughput against world size, with the ideal (linear from the smallest run) line."""
     df = scaling_table(runs, predicted_mem_mb=False).dropna(subset=["world_size", "samples_per_s"])
@@ -121,7 +153,7 @@ def bandwidth_plot(logs: Iterable[RunLike], path: str | Path | None = None) -> F
             continue
         rows = sorted(log.bandwidth.rows, key=lambda r: r.size_bytes)
         n = f" ({log.bandwidth.n_ranks} ranks)" if log.bandwidth.n_ranks else ""
-        ax.plot([r.size_bytes for r in rows], [r.busbw_gbps for r in rows], "o-", color=f"C{i % 10}",
+        ax.plot([r.size_bytes for r in rows], [r.busbw_GBps for r in rows], "o-", color=f"C{i % 10}",
                 label=f"{log.label}{n}")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")

@@ -35,6 +35,7 @@ BACKENDS = ("slurm", "local")
 GPU_REQUESTS = ("gpus-per-node", "gres", "none")
 _MEM = re.compile(r"^(\d+)([KMGT])$")
 _TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
+_CUDA_MODULE = re.compile(r"\bmodule\s+(?:load|add)\b.*\bcuda(?:[/@ ]|$)", re.I)
 
 
 class ProfileError(ValueError):
@@ -57,6 +58,9 @@ class Partition:
     cpus_per_proc: int = 1      # CPU cores per training process (per GPU)
     mem_per_proc: str = ""      # e.g. "40G"; "" = the site's default
     max_nodes: int = 0          # 0 = no limit known
+    mem_per_node: str = ""      # memory a job may ask for on one node (`scontrol show node`: RealMemory
+                                # less the site's reserve); every request must fit it
+    max_time: str = ""          # the partition's MaxTime (`sinfo -o "%P %l"`); every time limit must fit it
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,10 @@ class Profile:
     hf_home: str = ""
     wandb_mode: str = "disabled"
     env: Mapping[str, str] = field(default_factory=dict)
-    min_busbw_gbps: float = 0.0
+    min_busbw_GBps: float = 0.0                   # the gate: bus bandwidth at the largest message, GB/s
     bandwidth_max_bytes: str = ""
+    instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.budget)
+    instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -180,9 +186,12 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                       gpu_name=_take(raw, "gpu_name", str, "", source, where),
                       cpus_per_proc=_take(raw, "cpus_per_proc", int, 1, source, where),
                       mem_per_proc=_take(raw, "mem_per_proc", str, "", source, where),
-                      max_nodes=_take(raw, "max_nodes", int, 0, source, where))
+                      max_nodes=_take(raw, "max_nodes", int, 0, source, where),
+                      mem_per_node=_take(raw, "mem_per_node", str, "", source, where),
+                      max_time=_take(raw, "max_time", str, "", source, where))
         _no_leftovers(raw, source, where, "name, gpus_per_node, gpu_type, gpu_name, cpus_per_proc, "
-                      "mem_per_proc, max_nodes")
+                      "mem_per_proc, max_nodes, mem_per_node, max_time")
+        _check_partition_fits(p, source, where)
         if p.mem_per_proc and not _MEM.match(p.mem_per_proc):
             raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc!r} is not a size",
                                "write a whole number and a unit, e.g. \"40G\" or \"2048M\"")
@@ -213,6 +222,7 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
         raise ProfileError(source, "slurm.gpu_request", f"unknown value {kw['gpu_request']!r}",
                            f"use one of {', '.join(GPU_REQUESTS)}")
     _check_time(kw["time"], source, "slurm.time")
+    _check_time_fits(kw["time"], partitions[kw["partition"]], source, "slurm.time")
     step_slurm: dict[str, dict[str, str]] = {}
     for step, raw in steps.items():
         raw = dict(raw) if isinstance(raw, dict) else {}
@@ -224,6 +234,8 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                                f"use one of {', '.join(partitions)}")
         if entry["time"]:
             _check_time(entry["time"], source, where + "time")
+        _check_time_fits(entry["time"] or kw["time"], partitions[entry["partition"] or kw["partition"]],
+                         source, where + "time" if entry["time"] else "slurm.time")
         step_slurm[step] = {k: v for k, v in entry.items() if v}
     kw["step_slurm"] = step_slurm
 
@@ -232,6 +244,11 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     if not all(isinstance(s, str) and "\n" not in s for s in setup):
         raise ProfileError(source, "env.setup", "must be a list of one-line shell commands",
                            'write setup = ["module load cuda/12.1", "conda activate bloom_env"]')
+    for line in setup:
+        if _CUDA_MODULE.search(line):
+            raise ProfileError(source, "env.setup", f"{line!r} loads a CUDA module, whose libraries would fight "
+                               "the CUDA libraries the pip torch wheel brings (and finds through its RPATH)",
+                               "remove the cuda module from the line: the wheels carry CUDA, the node its driver")
     kw["setup"] = tuple(setup)
     kw["python_env"] = _take(env, "python_env", str, "", source, "env.")
     if kw["python_env"] not in ("", "current"):
@@ -252,15 +269,22 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     _no_leftovers(env, source, "env.", "setup, python_env, hf_home, wandb_mode, variables")
 
     bw = dict(_take(data, "bandwidth", dict, {}, source, ""))
-    kw["min_busbw_gbps"] = _take(bw, "min_busbw_gbps", float, 0.0, source, "bandwidth.")
+    if "min_busbw_gbps" in bw:
+        raise ProfileError(source, "bandwidth.min_busbw_gbps", "was renamed: the unit is gigabytes per second "
+                           "(GB/s), not gigabits", "write min_busbw_GBps = <the same number>")
+    kw["min_busbw_GBps"] = _take(bw, "min_busbw_GBps", float, 0.0, source, "bandwidth.")
     kw["bandwidth_max_bytes"] = _take(bw, "max_bytes", str, "", source, "bandwidth.")
-    _no_leftovers(bw, source, "bandwidth.", "min_busbw_gbps, max_bytes")
+    _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes")
 
+    course = dict(_take(data, "course", dict, {}, source, ""))
+    kw["instructor_jobs"] = _take(course, "instructor_jobs", str, "", source, "course.")
+    kw["instructor_min_gpus"] = _take(course, "instructor_min_gpus", int, 8, source, "course.")
+    _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus")
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
     kw["run_steps"] = {step: _coerce_run(dict(v), source, f"run.{step}.") for step, v in run_steps.items()}
-    _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [bandwidth], [run]")
+    _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [bandwidth], [course], [run]")
     return Profile(**kw)
 
 
@@ -277,6 +301,40 @@ def _coerce_run(values: dict[str, Any], source: str, where: str) -> dict[str, An
 def _check_time(value: str, source: str, where: str) -> None:
     if not _TIME.match(value):
         raise ProfileError(source, where, f"{value!r} is not a Slurm time", 'write "HH:MM:SS" or "D-HH:MM:SS"')
+
+
+def time_seconds(value: str) -> int:
+    """Slurm's time spellings (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]`) in seconds."""
+    days, _, rest = value.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    if days:
+        h, m, sec = (parts + [0, 0])[:3]
+    else:
+        m, sec, h = ((parts + [0])[:2] + [0]) if len(parts) < 3 else (parts[1], parts[2], parts[0])
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + sec
+
+
+def mem_mb(value: str) -> int:
+    """`40G` / `2048M` in MB ("" -> 0)."""
+    return int(int(value[:-1]) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}[value[-1]]) if value else 0
+
+
+def _check_time_fits(value: str, part: Partition, source: str, where: str) -> None:
+    if part.max_time and time_seconds(value) > time_seconds(part.max_time):
+        raise ProfileError(source, where, f"{value} is longer than partition {part.name or part.key!r} allows "
+                           f"({part.max_time}): sbatch would refuse the job", f"ask for at most {part.max_time}")
+
+
+def _check_partition_fits(p: Partition, source: str, where: str) -> None:
+    for key in ("mem_per_node", "max_time"):
+        value = getattr(p, key)
+        if value and not (_MEM if key == "mem_per_node" else _TIME).match(value):
+            raise ProfileError(source, where + key, f"{value!r} is not a {'size' if key == 'mem_per_node' else 'time'}",
+                               'write e.g. "500G"' if key == "mem_per_node" else 'write "HH:MM:SS"')
+    if p.mem_per_node and p.mem_per_proc and mem_mb(p.mem_per_proc) * max(1, p.gpus_per_node) > mem_mb(p.mem_per_node):
+        raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc} x {max(1, p.gpus_per_node)} processes "
+                           f"is more than a node's {p.mem_per_node}: a full-node job would never start",
+                           f"ask for at most {mem_mb(p.mem_per_node) // max(1, p.gpus_per_node) // 1024}G per process")
 
 
 def current_env_activation() -> list[str]:

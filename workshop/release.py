@@ -1,9 +1,11 @@
 """Generate the student release (notebooks/) from the instructor source (solutions/) with nbgrader.
 
-    python -m workshop.release            # rewrite notebooks/
+    python -m workshop.release            # rewrite notebooks/ and enter every assignment in gradebook.db
     python -m workshop.release --check    # exit 1 when notebooks/ is not what solutions/ generates
 
-The release is never edited by hand; the test suite runs `--check`'s comparison.
+The release is never edited by hand; the test suite runs `--check`'s comparison. Writing the release
+also records each assignment, its notebooks and grade cells in the course's own gradebook (the
+`db_url` of nbgrader_config.py): autograde finds nothing to grade against without them.
 """
 
 from __future__ import annotations
@@ -44,14 +46,29 @@ def venv_on_path() -> None:
         os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
-def generate(release_dir: Path, root: Path = REPO) -> list[str]:
-    """Run nbgrader generate_assignment for every assignment into `release_dir`; the names done."""
+def course_gradebook(root: Path = REPO) -> Path:
+    """The gradebook file nbgrader_config.py names (relative sqlite URLs are read from the course root)."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    url = str(PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config().CourseDirectory.db_url)
+    if not url.startswith("sqlite:///"):
+        raise ValueError(f"nbgrader_config.py: db_url {url!r} is not an sqlite file; the workshop's tools need one "
+                         "(sqlite:///gradebook.db)")
+    path = Path(url.removeprefix("sqlite:///"))
+    return path if path.is_absolute() else root / path
+
+
+def generate(release_dir: Path, root: Path = REPO, gradebook: Path | None = None) -> list[str]:
+    """Run nbgrader generate_assignment for every assignment into `release_dir`; the names done.
+
+    `gradebook`: the database that records the assignments and their grade cells (None: a throwaway
+    one, for comparisons that must leave the course untouched)."""
     from nbgrader.apps import NbGraderAPI
 
     venv_on_path()
     release_dir = release_dir.resolve()
     with tempfile.TemporaryDirectory() as tmp:
-        config = nbgrader_config(root, release_dir, Path(tmp) / "gradebook.db")
+        config = nbgrader_config(root, release_dir, gradebook.resolve() if gradebook else Path(tmp) / "gradebook.db")
         config.CourseDirectory.ignore = list(config.CourseDirectory.ignore) + RUN_OUTPUTS
         api = NbGraderAPI(config=config)
         done = []
@@ -61,7 +78,21 @@ def generate(release_dir: Path, root: Path = REPO) -> list[str]:
                 raise RuntimeError(f"nbgrader could not generate {name}:\n{result.get('log', '')}"
                                    f"{result.get('error', '')}")
             done.append(name)
+        for notebook in release_dir.glob("*/*.ipynb"):
+            set_course_kernel(notebook)
     return done
+
+
+def set_course_kernel(notebook: Path) -> None:
+    """Open the notebook with the course kernel the student guide promises ("FSDP workshop (bloom_env)",
+    registered by `python -m workshop.kernel`), not whichever "Python 3" JupyterLab finds first."""
+    import nbformat
+
+    from workshop.kernel import DISPLAY_NAME, KERNEL_NAME
+
+    nb = nbformat.read(notebook, as_version=nbformat.NO_CONVERT)
+    nb.metadata["kernelspec"] = {"display_name": DISPLAY_NAME, "language": "python", "name": KERNEL_NAME}
+    nbformat.write(nb, notebook)
 
 
 def differences(expected: Path, actual: Path) -> list[str]:
@@ -94,13 +125,14 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("notebooks/ matches a fresh nbgrader generation of solutions/")
         return 0
+    gradebook = course_gradebook()
     with tempfile.TemporaryDirectory() as tmp:
-        done = generate(Path(tmp) / "notebooks")
+        done = generate(Path(tmp) / "notebooks", gradebook=gradebook)
         target = REPO / "notebooks"
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(Path(tmp) / "notebooks", target)
-    print(f"generated notebooks/ for {', '.join(done)}")
+    print(f"generated notebooks/ for {', '.join(done)}; {gradebook.name} knows each assignment and its grade cells")
     return 0
 
 

@@ -18,9 +18,9 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, MutableMapping
 
-from workshop.config import ConfigError, RunConfig, add_config_arguments, config_from_args
+from workshop.config import ConfigError, RunConfig, add_config_arguments, config_from_args, read_file
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,8 +45,48 @@ def check_launch(cfg: RunConfig, world: int) -> None:
                           "or change nodes/procs_per_node")
 
 
+def world_from_launcher(cfg: RunConfig, args: argparse.Namespace, env: Mapping[str, str]) -> RunConfig:
+    """Under torchrun, a config that fixes no world (neither nodes nor procs_per_node, in a file or a
+    flag) takes the launcher's: `torchrun --nproc-per-node 2 -m workshop.train --sharding full_shard`
+    runs on 2 processes. A config that fixes one keeps it, and `check_launch` compares."""
+    if "LOCAL_WORLD_SIZE" not in env or args.nodes is not None or args.procs_per_node is not None:
+        return cfg
+    if args.config is not None and {"nodes", "procs_per_node"} & set(read_file(args.config)):
+        return cfg
+    world, per_node = int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"])
+    return cfg.replace(nodes=max(1, world // per_node), procs_per_node=per_node)
+
+
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
                  "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def stand_in_for_torchrun(cfg: RunConfig, env: MutableMapping[str, str] = os.environ) -> None:
+    """A one-process run started without torchrun gets the environment torchrun would give it.
+
+    The batch script starts a one-process job with plain `python` (render.py): torchrun's own
+    interpreter and torch import cost ~2 s of CPU per job for nothing to coordinate. With this
+    environment a one-process FSDP run still builds its (one-rank) process group."""
+    if "WORLD_SIZE" in env or cfg.world_size != 1:
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def skip_datasets_unless_needed(cfg: RunConfig) -> None:
+    """The fixture is read from JSON, never through `datasets`; yet transformers.trainer imports it
+    (with pandas and pyarrow: ~1 s of CPU per process) only because it is installed. A None entry in
+    sys.modules makes `import datasets` fail and importlib report it absent, so transformers skips
+    it. Any other dataset is loaded with `datasets` (data.load_examples) and keeps it."""
+    if cfg.dataset == "fixture":
+        sys.modules.setdefault("datasets", None)  # type: ignore[arg-type]
+    elif "datasets" in sys.modules and sys.modules["datasets"] is None:
+        del sys.modules["datasets"]  # an earlier fixture run in this process hid it
 
 
 def leave_single_process_undistributed(cfg: RunConfig) -> None:
@@ -105,6 +145,10 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         dataloader_num_workers=0,
         disable_tqdm=True,
         remove_unused_columns=False,
+        # every BLOOM parameter gets a gradient each step: DDP need not search the graph for unused
+        # ones (Trainer's default for a model without gradient checkpointing is to search, which
+        # warns in every DDP log and costs an extra autograd-graph traversal per step)
+        ddp_find_unused_parameters=False,
         activation_checkpointing=cfg.activation_checkpointing and not cfg.is_fsdp,
     )
     kwargs.update(trainer_sharding_kwargs(cfg))
@@ -163,6 +207,8 @@ def listen_for_stop() -> Callable[[], bool]:
 def run(cfg: RunConfig) -> dict[str, Any]:
     """Train, evaluate and record one run; returns the summary (on every rank)."""
     stop_requested = listen_for_stop()
+    skip_datasets_unless_needed(cfg)
+    stand_in_for_torchrun(cfg)
     rank, local_rank, world = launch_world()
     check_launch(cfg, world)
     leave_single_process_undistributed(cfg)
@@ -180,8 +226,10 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     import torch.distributed as dist
     from transformers.utils import logging as hf_logging
 
-    from workshop import data, evaluation, models, run_record, sharding
+    from workshop import data, evaluation, models, run_record, sharding, wrap_function
+    from workshop.batch_probe import GlobalBatchProbe
     from workshop.metrics import MetricsCallback, StepCounter, _all_gather
+    from workshop.tensor_memory import TensorMemoryCallback
     from workshop.trainer import CheckpointOnSignal, CourseTrainer
 
     hf_logging.set_verbosity_warning()
@@ -204,6 +252,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     tok = models.load_tokenizer(cfg.model)
     model = models.build_model(cfg.model, tok, cfg.seed)
     n_params = models.count_parameters(model)
+    sharding.check_block_classes(cfg, model)
     train_ex = data.load_examples(cfg.dataset, "train", cfg.train_size)
     eval_ex = data.load_examples(cfg.dataset, cfg.eval_split, cfg.eval_size)
     train_ds = data.EncodedDataset(tok, train_ex, cfg.max_length)
@@ -215,14 +264,18 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         model.to(device)
         before = evaluation.em_f1(model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device, synced=False)
 
+    if cfg.wrap_function:
+        model = wrap_function.apply(cfg, model)    # the student's own fully_shard calls, from the job's copy
     counter = StepCounter()
     callback = MetricsCallback(out, counter, device, cfg.precision, n_params, model.config.n_layer,
                                model.config.hidden_size, is_main)
     callback.records.extend(prior)
+    callback.tensor_memory = tensor_mem = TensorMemoryCallback(device, cfg.offload, counter)
     stopper = CheckpointOnSignal(is_main, stop_requested)
+    batch_probe = GlobalBatchProbe(counter)     # after `callback`: it reads the counter before its reset
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[callback, stopper], counter=counter)
+                            callbacks=[tensor_mem, callback, stopper, batch_probe], counter=counter)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -245,6 +298,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
                                  synced=synced)
     params_local = _all_gather(applied.get("params_local"))
+    local_shapes = _all_gather(applied.get("local_shapes"))
+    batch_figures = batch_probe.gathered()
     if is_main:
         # one writer: lines from several ranks into one pipe can splice into rank 0's long lines
         for r, (host, local) in enumerate(zip(hosts, params_local)):
@@ -253,9 +308,10 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     trains = [r for r in callback.records if r["kind"] == "train"]
     totals = counter.totals
     peaks = [r["peak_mem_mb_per_rank"] for r in trains]
-    per_rank = [max(col) for col in zip(*peaks)] if peaks else []
+    per_rank = [max((v for v in col if v is not None), default=None) for col in zip(*peaks)]
     utils = [r["gpu_util_pct"] for r in trains if r["gpu_util_pct"] is not None]
-    mfus = [r["mfu"] for r in trains if r["mfu"] is not None]
+    window = [r for r in trains if not r.get("warmup")] or trains   # throughput: after the warm-up steps
+    mfus = [r["mfu"] for r in window if r["mfu"] is not None]
     summary = {
         "status": "completed", "world_size": world, "nodes": cfg.nodes, "hosts": hosts, "device": device.type,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -270,13 +326,17 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         "eval_losses": [r["eval_loss"] for r in evals], "final_eval_loss": evals[-1]["eval_loss"],
         "train_samples_per_s": round(totals["samples"] / totals["seconds"], 3) if totals["seconds"] else None,
         "train_tokens_per_s": round(totals["tokens"] / totals["seconds"], 1) if totals["seconds"] else None,
+        "throughput_window": dict(counter.window),
         "eval_samples_per_s": evals[-1].get("eval_samples_per_s"),
         "steps": trainer.state.global_step,
         "steps_per_epoch": -(-len(train_ds) // (cfg.batch_size * world * cfg.effective_grad_acc)),
         "global_batch": cfg.effective_global_batch, "grad_acc": cfg.effective_grad_acc,
         "batch_size": cfg.batch_size, "max_length": cfg.max_length,
-        "peak_mem_mb": max(per_rank) if per_rank else None, "peak_mem_mb_per_rank": per_rank,
+        "peak_mem_mb": max((v for v in per_rank if v is not None), default=None), "peak_mem_mb_per_rank": per_rank,
         "mem_kind": trains[-1]["mem_kind"] if trains else None,
+        "rss_mb": max((r.get("rss_mb") or 0) for r in trains) if trains else None,
+        "tensor_mem_mb_per_rank": _all_gather(tensor_mem.measured),
+        "tensor_mem_overhead_pct": tensor_mem.overhead_pct(train_runtime),
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
         "gpu_util_pct": round(sum(utils) / len(utils), 1) if utils else None,
         "mfu": round(sum(mfus) / len(mfus), 4) if mfus else None,
@@ -285,6 +345,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         "sample_predictions": after.get("examples"),
         "train_runtime_s": round(train_runtime, 2),
     }
+    summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config), **batch_figures)
     if is_main:
         run_record.write_json(out / "summary.json", summary)
         print("WORKSHOP_SUMMARY " + json.dumps(summary), flush=True)
@@ -300,6 +361,27 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         dist.barrier()
         dist.destroy_process_group()
     return summary
+
+
+def applied_fsdp_fields(cfg: RunConfig, applied: dict[str, Any], local_shapes: list[dict[str, list[int]]],
+                        model_config: Any) -> dict[str, Any]:
+    """summary.json's read-back of the FSDP wrapping the job applied, beside what was asked for: the
+    checks of notebook 02 read these (units, block class, policy, per-rank shard shapes)."""
+    from workshop import sharding, wrap_function
+
+    native = sharding.native_fsdp_arguments(cfg)
+    return {
+        "hf_fsdp": native[0] if native else None, "hf_fsdp_config": native[1] if native else None,
+        "fsdp_unit_names": applied.get("fsdp_unit_names"), "blocks_wrapped": applied.get("blocks_wrapped"),
+        "wrapped_classes": applied.get("wrapped_classes"), "other_units": applied.get("other_units"),
+        "n_layer": getattr(model_config, "n_layer", None),
+        "mp_param_dtype": applied.get("mp_param_dtype"), "mp_reduce_dtype": applied.get("mp_reduce_dtype"),
+        "activation_checkpointing_applied": applied.get("activation_checkpointing_applied"),
+        "wrap_function": cfg.wrap_function or None, "wrap_function_sha256": wrap_function.digest(cfg),
+        "param_shapes": applied.get("param_shapes"),
+        "local_shapes_per_rank": {name: [rank.get(name) for rank in local_shapes]
+                                  for name in (applied.get("param_shapes") or {})},
+    }
 
 
 def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> float:
@@ -332,13 +414,16 @@ def seal(out: Path) -> dict[str, Any]:
 
 def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
     """Slurm's time-limit warning stopped the run at a checkpoint: say so, leave no summary (the run
-    did not finish), and let the batch script wait for the limit so the job ends as TIMEOUT."""
+    did not finish), and leave $WORKSHOP_STOPPED_FILE, on which the batch script ends at once with
+    its distinct exit code (the job shows as CHECKPOINTED) instead of holding the GPUs until TIMEOUT."""
     import torch.distributed as dist
 
     info = {"status": "checkpointed", "step": step, "checkpoint": str(out / f"checkpoint-{step}"),
             "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
     if is_main:
         print("WORKSHOP_CHECKPOINT " + json.dumps(info), flush=True)
+        if os.environ.get("WORKSHOP_STOPPED_FILE"):
+            Path(os.environ["WORKSHOP_STOPPED_FILE"]).write_text(json.dumps(info) + "\n")
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()
@@ -348,7 +433,7 @@ def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = config_from_args(args, os.environ)
+        cfg = world_from_launcher(config_from_args(args, os.environ), args, os.environ)
         if args.print_config:
             print(json.dumps(cfg.resolved(), indent=1))
             return 0

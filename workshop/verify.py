@@ -18,6 +18,11 @@ the job through a mechanism they do not control (a Slurm prolog, or a file reada
 user), never through a profile or environment they can read. Without a key the digest is a plain
 SHA-256 that anyone can recompute: it catches careless edits, not a forger. The sacct checks hold
 either way, as far as accounting can be trusted.
+
+Jobs of the local backend (`job.json` says backend "local", ids `local-N`) have no accounting: they
+are checked against their own job.json instead (the log's job number, start time and hosts against
+the record the submitting kernel wrote), and a job is one process (host, pid, start tick), so a
+folder handed in twice is seen even though every student's first local job is `local-1`.
 """
 
 from __future__ import annotations
@@ -37,7 +42,8 @@ from typing import Any, Iterable
 
 KEY_ENV = "WORKSHOP_DIGEST_KEY"
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
-_LOG_NAME = re.compile(r"slurm-(\d+)\.out")
+LOCAL_SKEW_S = 5.0          # local jobs: submission and log share one clock (a pending job may start late)
+_LOG_NAME = re.compile(r"slurm-((?:local-)?\d+)\.out")
 
 
 # ---------------------------------------------------------------------------------------- digest
@@ -72,10 +78,25 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     digest: str | None = None
+    backend: str = "slurm"
+    record: dict[str, Any] = field(default_factory=dict)   # the folder's job.json
 
     @property
     def ok(self) -> bool:
         return not self.reasons
+
+    @property
+    def number(self) -> str:
+        """The id the job itself saw as SLURM_JOB_ID (the local backend's `local-3` ran as 3)."""
+        return self.job.removeprefix("local-") if self.backend == "local" else self.job
+
+    @property
+    def identity(self) -> str:
+        """What names this job uniquely across the class: Slurm's id, or the local job's process."""
+        if self.backend != "local":
+            return self.job
+        r = self.record
+        return f"{self.job} (pid {r.get('pid')} on {r.get('host')}, started at tick {r.get('pid_start')})"
 
 
 @dataclass
@@ -148,10 +169,11 @@ def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | N
         v.reasons.append(f"no log slurm-{v.job}.out in the job folder")
         return
     facts = read_log(log_path)
-    if facts.job_id is not None and facts.job_id != v.job:
+    if facts.job_id is not None and facts.job_id != v.number:
         v.reasons.append(f"the log says it is job {facts.job_id}, its name says {v.job}")
-    # accounting
-    if record is None:
+    if v.backend == "local":
+        check_local(v, facts)
+    elif record is None:
         v.reasons.append(f"job {v.job} never ran on this cluster: sacct has no record of it")
     else:
         if record["User"] != user:
@@ -165,7 +187,32 @@ def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | N
             v.reasons.append(f"the log starts at {facts.start.isoformat()}, Slurm started the job at {record['Start']}")
         if facts.end and end and abs((facts.end - end).total_seconds()) > TIME_TOLERANCE_S:
             v.reasons.append(f"the log ends at {facts.end.isoformat()}, Slurm ended the job at {record['End']}")
-    # the run's own digest
+    check_digest(v, facts, key)
+
+
+def check_local(v: Verdict, facts: LogFacts) -> None:
+    """A local-backend job has no accounting: its log must agree with the job.json written at submission."""
+    r = v.record
+    v.notes.append("local backend: no Slurm accounting, checked against job.json")
+    if not r.get("pid") or not r.get("host"):
+        v.reasons.append("job.json of a local job without its process (pid, host): not written by workshop submit")
+    submitted, ended = _time(str(r.get("submitted_at") or "")), _time(str(r.get("ended_at") or ""))
+    if facts.start is None:
+        v.reasons.append("the log has no `[job] start` line")
+    elif submitted and (facts.start - submitted).total_seconds() < -LOCAL_SKEW_S:
+        v.reasons.append(f"the log starts at {facts.start.isoformat()}, before this job was submitted "
+                         f"({r.get('submitted_at')}): a log from another job")
+    elif ended and (facts.start - ended).total_seconds() > LOCAL_SKEW_S:
+        v.reasons.append(f"the log starts at {facts.start.isoformat()}, after this job ended "
+                         f"({r.get('ended_at')}): a log from another job")
+    hosts = set((facts.summary or {}).get("hosts") or [])
+    allowed = {r.get("host")} | set(str(r.get("nodes") or "").split(","))
+    if hosts and not hosts <= allowed:
+        v.reasons.append(f"the log's hosts {sorted(hosts)} are not this job's {sorted(h for h in allowed if h)}")
+
+
+def check_digest(v: Verdict, facts: LogFacts, key: str | None) -> None:
+    """The run's digest against its files and its log: edited numbers no longer match."""
     run = v.folder / "run"
     summary_path, digest_path = run / "summary.json", run / "digest.json"
     if not summary_path.is_file() and facts.summary is None:
@@ -177,14 +224,14 @@ def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | N
     saved = json.loads(digest_path.read_text())
     v.digest = saved.get("digest")
     summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    if saved.get("job_id") != v.job:
+    if saved.get("job_id") != v.number:
         v.reasons.append(f"digest.json belongs to job {saved.get('job_id')}, not {v.job}")
     if key and not saved.get("keyed"):
         v.reasons.append("an unkeyed digest where this site's jobs sign theirs: recomputed by hand?")
     elif saved.get("keyed") and not key:
         v.notes.append(f"keyed digest not checked: set {KEY_ENV}")
     else:
-        expected = digest(v.job, summary or {}, read_metrics(run / "metrics.jsonl"), key if saved.get("keyed") else None)
+        expected = digest(v.number, summary or {}, read_metrics(run / "metrics.jsonl"), key if saved.get("keyed") else None)
         if summary is None or expected["digest"] != saved.get("digest"):
             v.reasons.append("edited numbers: summary.json / metrics.jsonl do not match the run's digest")
         if not saved.get("keyed"):
@@ -203,17 +250,20 @@ def job_folders(submissions: Path) -> list[Verdict]:
     out = []
     for folder in sorted(submissions.glob("*/*/jobs/*/")):
         student, assignment = folder.parts[-4], folder.parts[-3]
-        job_id = None
+        record: dict[str, Any] = {}
         if (folder / "job.json").is_file():
             try:
-                job_id = str(json.loads((folder / "job.json").read_text())["job_id"])
-            except (ValueError, KeyError):
+                loaded = json.loads((folder / "job.json").read_text())
+                record = loaded if isinstance(loaded, dict) else {}
+            except ValueError:
                 pass
+        job_id = str(record["job_id"]) if record.get("job_id") is not None else None
         if job_id is None:
             logs = sorted(folder.glob("slurm-*.out"), key=lambda p: p.stat().st_mtime)
             m = _LOG_NAME.fullmatch(logs[-1].name) if logs else None
             job_id = m.group(1) if m else "?"
-        out.append(Verdict(student, assignment, job_id, folder))
+        backend = "local" if record.get("backend") == "local" or job_id.startswith("local-") else "slurm"
+        out.append(Verdict(student, assignment, job_id, folder, backend=backend, record=record))
     return out
 
 
@@ -221,22 +271,25 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
     """Check every submitted job; `users` maps a submission folder name to its Unix user (default: same)."""
     users = users or {}
     verdicts = job_folders(submissions)
-    records = sacct(v.job for v in verdicts)
+    records = sacct(v.job for v in verdicts if v.backend == "slurm")
     for v in verdicts:
         check_job(v, records.get(v.job), users.get(v.student, v.student), key)
-    by_job: dict[str, set[tuple[str, str]]] = {}
-    by_digest: dict[str, set[tuple[str, str]]] = {}
+    by_job: dict[str, list[Verdict]] = {}
+    by_digest: dict[str, list[Verdict]] = {}
     for v in verdicts:
-        by_job.setdefault(v.job, set()).add((v.student, v.assignment))
+        by_job.setdefault(v.identity, []).append(v)
         if v.digest:
-            by_digest.setdefault(v.digest, set()).add((v.student, v.assignment))
+            by_digest.setdefault(v.digest, []).append(v)
+
+    def where(others: list[Verdict]) -> str:
+        return ", ".join(f"{o.student}/{o.assignment}/jobs/{o.folder.name}" for o in others)
+
     for v in verdicts:
-        here = (v.student, v.assignment)
-        others = sorted(by_job[v.job] - {here})
+        others = [o for o in by_job[v.identity] if o is not v]
         if others:
-            v.reasons.append(f"the same log (job {v.job}) is also in " + ", ".join("/".join(o) for o in others))
+            v.reasons.append(f"the same log (job {v.identity}) is also in {where(others)}")
         elif v.digest and len(by_digest[v.digest]) > 1:
-            v.reasons.append("identical results (digest) to " + ", ".join("/".join(o) for o in sorted(by_digest[v.digest] - {here})))
+            v.reasons.append(f"identical results (digest) to {where([o for o in by_digest[v.digest] if o is not v])}")
     return verdicts
 
 

@@ -9,17 +9,27 @@ set -euo pipefail
 # Slurm warns of the time limit with USR1 (--signal=B:USR1@@LEAD: to this shell only). The training
 # processes, on every node, look for this file at each step end: when it appears they all save a
 # checkpoint of the same step and stop (resubmit with --resume to continue).
+# A run that stops so leaves $WORKSHOP_STOPPED_FILE, and this script ends at once with exit
+# @{checkpoint_exit} (EX_TEMPFAIL: "try again"), freeing the GPUs: the job shows as CHECKPOINTED.
 export WORKSHOP_STOP_FILE="$PWD/.usr1-${SLURM_JOB_ID}"
+export WORKSHOP_STOPPED_FILE="$PWD/.checkpointed-${SLURM_JOB_ID}"
 usr1_at=""
 trap 'usr1_at=$(date -Is); echo "[job] USR1 at ${usr1_at}: checkpoint at the end of this step, then stop"; touch "$WORKSHOP_STOP_FILE"' USR1
 
 # Environment (the site's setup from the profile; module and conda scripts read unset variables).
+# CUDA: the pip wheels' own libraries win. torch's wheel brings its CUDA runtime, cuBLAS, cuDNN and
+# NCCL (the nvidia-* wheels) and finds them through its RPATH; only the driver (libcuda.so) comes from
+# the node. A CUDA module would put another toolkit's libraries first on LD_LIBRARY_PATH and the two
+# would fight ("undefined symbol", "version `libcublasLt.so.12' not found"), so profiles load none:
+# workshop refuses a `module load cuda...` setup line, and the toolkit paths are dropped below.
 # `conda activate` needs conda's shell hook, which only interactive shells load: the first call of
 # this stand-in loads it and hands over to the real conda function.
 conda() { unset -f conda; eval "$(command conda shell.bash hook)" && conda "$@@"; }
 set +u
 @{setup}
 set -u
+cuda_free=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -vE '(^|/)cuda([-_.]?[0-9][^/]*)?(/|$)' | paste -sd: -) || true
+if [ -n "$cuda_free" ]; then export LD_LIBRARY_PATH="$cuda_free"; else unset LD_LIBRARY_PATH; fi
 
 # Caches on shared storage, logs unbuffered so the notebook sees progress as it happens
 @{exports}
@@ -39,12 +49,10 @@ launcher=$!
 rc=0
 wait "$launcher" || rc=$?
 while [ "$rc" -gt 128 ] && kill -0 "$launcher" 2>/dev/null; do rc=0; wait "$launcher" || rc=$?; done
-if [ "$rc" -eq 0 ] && [ -n "$usr1_at" ]; then
-    # Stopped early on purpose: let the time limit end the job, so Slurm records TIMEOUT, not COMPLETED.
-    echo "[job] stopped at a checkpoint; waiting for the time limit. Continue with: workshop submit ... --resume"
-    for _ in $(seq 1 @{limit_wait_s}); do sleep 1; done
-    echo "[job] the time limit did not come within @{limit_wait_s} s: ending as stopped"
-    exit 3
+if [ "$rc" -eq 0 ] && [ -e "$WORKSHOP_STOPPED_FILE" ]; then
+    # Stopped early on purpose, at a checkpoint: end now rather than hold the GPUs until the limit.
+    echo "[job] stopped at a checkpoint $(date -Is) (USR1 ${usr1_at:-sent to a training process}); exit @{checkpoint_exit}. Continue with: workshop submit ... --resume"
+    exit @{checkpoint_exit}
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
 

@@ -1,9 +1,11 @@
 """Every solution notebook, executed headless with papermill on the real test cluster (profile ci):
-the course as HPC staff run it before a workshop."""
+the course as HPC staff run it before a workshop, at the rate limit a student has (Slurm asked at
+most once per 10 s): each cell's jobs go to the queue together and run side by side."""
 
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -19,8 +21,9 @@ def cluster_course(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> P
     from workshop.course import main
 
     saved = {k: os.environ.get(k) for k in [*slurm_cluster.env, "WORKSHOP_SLURM_MIN_POLL_S"]}
-    # the kernels papermill starts inherit this: the cluster, and a poller fast enough for a test
-    os.environ.update(slurm_cluster.env, WORKSHOP_SLURM_MIN_POLL_S="1")
+    # the kernels papermill starts inherit this: the cluster, and the real 10 s poll floor
+    os.environ.update(slurm_cluster.env)
+    os.environ.pop("WORKSHOP_SLURM_MIN_POLL_S", None)
     out = slurm_cluster.shared / f"course-{os.getpid()}"
     try:
         assert main(["--output", str(out), "--profile", "ci"]) == 0
@@ -48,3 +51,28 @@ def test_multi_node_jobs_ran_on_both_nodes(cluster_course: Path) -> None:
     summaries = [json.loads(p.read_text()) for p in (cluster_course / "05_multi_node" / "jobs").glob("*/run/summary.json")]
     two_node = [s for s in summaries if s["nodes"] == 2]
     assert two_node and all(set(s["hosts"]) == {"n1", "n2"} for s in two_node)
+
+
+# Notebook 03 on this test cluster before a cell's jobs were submitted together: 92 s of wall time for
+# 54 s of jobs (issue 14: JupyterLab in a Slurm job, 10 s poll floor). A machine that measured its
+# own figure the old way may set it here.
+NB03_TODAY_S = float(os.environ.get("WORKSHOP_NB03_TODAY_S", "92"))
+
+
+def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_today(slurm_cluster, cluster_course):
+    import json
+
+    folder = cluster_course / "03_sharding_strategies"
+    took = nbformat.read(folder / "03_sharding_strategies.ipynb", as_version=4).metadata.papermill.duration
+    spans = []
+    for record in folder.glob("jobs/*/job.json"):
+        rec = slurm_cluster.job_record(json.loads(record.read_text())["job_id"], "JobID,State,Start,End")
+        assert rec["State"] == "COMPLETED", rec
+        spans.append((datetime.fromisoformat(rec["Start"]), datetime.fromisoformat(rec["End"])))
+    assert len(spans) == 5
+    # at each job's start, the jobs running: two nodes hold two 2-GPU jobs at once, and they did
+    assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) == 2, spans
+    overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1]]
+    assert len(overlapping) >= 2, spans
+    print(f"notebook 03 on the cluster: {took:.0f} s (today {NB03_TODAY_S:.0f} s), {len(overlapping)} overlapping pairs")
+    assert took <= 0.6 * NB03_TODAY_S, f"{took:.0f} s > 60 % of {NB03_TODAY_S:.0f} s"

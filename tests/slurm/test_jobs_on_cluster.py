@@ -103,8 +103,11 @@ def test_bandwidth_across_two_nodes(cluster, jobs_dir):
     state = run_to_end("bandwidth 2 nodes", job)
     assert state is JobState.COMPLETED, job.tail(40)
     log = job.tail(60)
-    assert "# Hosts                : 2 (n1, n2), 2 ranks, backend gloo" in log
+    # one rank per (fake) GPU on whole nodes: 2 nodes x 2, with the node to itself
+    assert "#SBATCH --exclusive" in job.script and "--nproc-per-node=2" in job.script
+    assert "# Hosts                : 2 (n1, n2), 4 ranks, backend gloo" in log
     assert "# Out of bounds values : 0 OK" in log and "# PASSED" in log
+    assert "# Large-message busbw  : " in log
 
 
 def test_config_error_inside_the_job_is_failed_with_the_reason(cluster, jobs_dir):

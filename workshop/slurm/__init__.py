@@ -4,10 +4,13 @@
     job = submit("baseline", profile="ci")
     job.wait()              # a progress widget in Jupyter, one updating line elsewhere
     job.summary()["final_eval_loss"]
+    jobs = submit_all({"a": ("baseline", {}), "b": ("fsdp_1gpu", {})}, profile="ci")
+    jobs.wait()             # all of them in one display; {"a": JobState.COMPLETED, ...}
 """
 
+from workshop.slurm.group import JobGroup, submit_all
 from workshop.slurm.jobs import Job, job_key, submit
 from workshop.slurm.records import JobState
 from workshop.slurm.steps import STEPS, step_config
 
-__all__ = ["Job", "JobState", "STEPS", "job_key", "step_config", "submit"]
+__all__ = ["Job", "JobGroup", "JobState", "STEPS", "job_key", "step_config", "submit", "submit_all"]

@@ -16,9 +16,11 @@ import re
 import shutil
 import tempfile
 from collections import deque
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
+from workshop import budget, wrap_function
 from workshop.config import ConfigError, RunConfig, load_config
 from workshop.profiles import Profile, load_profile
 from workshop.slurm import local_backend, slurm_backend
@@ -83,23 +85,39 @@ class Job:
 
     # -------------------------------------------------------------- state
     def state(self) -> JobState:
-        """Ask the backend (Slurm: through the shared, rate-limited poller); final states are kept."""
+        """The job's state, as soon as anyone knows it.
+
+        Its own log says first when it starts (`[job] start`) and ends well (`[job] end`, the script's
+        last line); Slurm is asked through the shared, rate-limited poller and has the last word
+        (a failure, a cancellation, the exit code, the elapsed time). Settled states are kept.
+        """
         rec = self.record
-        if rec.job_state.finished:
+        if rec.settled:
             return rec.job_state
         if rec.backend == "local":
-            result = local_backend.status(rec)
+            result, source = local_backend.status(rec), "local"
+            self._local_times()
         else:
-            if self.tail(1).startswith("[job] end"):
+            started, ended = self.log_marks()
+            if ended:
                 slurm_backend.POLLER.hurry()
-            result = slurm_backend.status(rec)
+            result, source = slurm_backend.status(rec), "slurm"
+            slurm_says = result[0] if result else None
+            self._slurm_times(slurm_says)
+            if slurm_says is None or not slurm_says.finished:
+                nodes = result[3] if result else rec.nodes
+                if ended:
+                    result, source = (JobState.COMPLETED, "", 0, nodes), "log"
+                elif started and slurm_says in (None, JobState.PENDING):
+                    result, source = (JobState.RUNNING, "", None, nodes), "log"
         if result is None:      # Slurm does not know it yet (accounting lags a second behind sbatch)
             return rec.job_state
         state, reason, rc, nodes = result
         if state is JobState.FAILED and reason:
             reason = "; ".join(x for x in (reason, self._error_line()) if x)
-        changed = (state.value, reason, rc, nodes or rec.nodes) != (rec.state, rec.reason, rec.exit_code, rec.nodes)
-        rec.state, rec.reason, rec.exit_code, rec.nodes = state.value, reason, rc, nodes or rec.nodes
+        changed = ((state.value, reason, rc, nodes or rec.nodes, source) !=
+                   (rec.state, rec.reason, rec.exit_code, rec.nodes, rec.state_from))
+        rec.state, rec.reason, rec.exit_code, rec.nodes, rec.state_from = state.value, reason, rc, nodes or rec.nodes, source
         if state.finished and rec.ended_at is None:
             rec.ended_at = now()
         if changed:
@@ -108,6 +126,42 @@ class Job:
             except OSError:
                 pass             # someone else's job folder, read-only to us: state is still right
         return state
+
+    def log_marks(self) -> tuple[bool, bool]:
+        """(started, ended well) from the job's own log: `[job] start` near its top, `[job] end` last."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                head = f.read(16384)
+        except FileNotFoundError:
+            return False, False
+        started = "\n[job] start " in f"\n{head}"
+        return started, started and self.tail(2).rstrip().rsplit("\n", 1)[-1].startswith("[job] end ")
+
+    def elapsed(self) -> float | None:
+        """Run time by the scheduler's clock: Slurm's Elapsed once it ended, else since Slurm's start."""
+        rec = self.record
+        if rec.elapsed_s is not None:
+            return rec.elapsed_s
+        if rec.started_at is None:
+            return None
+        start = datetime.fromisoformat(rec.started_at)
+        return max(0.0, (datetime.now(start.tzinfo) - start).total_seconds())
+
+    def _slurm_times(self, state: JobState | None) -> None:
+        start, elapsed = slurm_backend.POLLER.times(self.job_id)
+        if start:
+            self.record.started_at = start
+        if state is not None and state.finished and elapsed is not None:
+            self.record.elapsed_s = elapsed
+
+    def _local_times(self) -> None:
+        rec = self.record
+        marker = local_backend.started_marker(rec)
+        if rec.started_at is None and marker.exists():
+            rec.started_at = datetime.fromtimestamp(marker.stat().st_mtime).astimezone().isoformat()
+        exit_file = rec.dir / f".exit-{rec.job_id}"
+        if rec.elapsed_s is None and marker.exists() and exit_file.exists():
+            rec.elapsed_s = round(exit_file.stat().st_mtime - marker.stat().st_mtime, 1)
 
     def wait(self, timeout: float | None = None, poll: float | None = None) -> JobState:
         """Block until the job finishes (or `timeout` s pass), showing progress; the last state."""
@@ -164,6 +218,8 @@ def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
     # output_dir is the job folder itself; resume continues the same job, it is not another one
     payload = {"step": step, "config": {k: v for k, v in config.to_dict().items() if k not in ("output_dir", "resume")},
                "profile": [profile.name, profile.digest], "name": name}
+    if config.wrap_function:     # the file's content, not its name: an edited function is another job
+        payload["wrap_function_sha256"] = wrap_function.digest(config)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:10]
 
 
@@ -176,6 +232,64 @@ def submit(step: str, config: RunConfig | None = None, profile: str | Path | Pro
     `resubmit` starts the job over (the old run/ is kept as run-<old id>/); `resume` submits it again
     into the same folder, keeping run/, to continue from its latest checkpoint (after a TIMEOUT).
     """
+    return prepare(step, config, profile, overrides=overrides, resubmit=resubmit, resume=resume,
+                   jobs_dir=jobs_dir, name=name).submit()
+
+
+class Submission:
+    """A job ready to go: validated, rendered and placed, nothing written yet (see `prepare`)."""
+
+    def __init__(self, step: str, cfg: RunConfig, prof: Profile, job_dir: Path, job_name: str, script: str,
+                 resubmit: bool, shared: Path | None = None) -> None:
+        self.step, self.cfg, self.prof, self.job_dir = step, cfg, prof, job_dir
+        self.job_name, self.script, self.resubmit = job_name, script, resubmit
+        self.shared = shared    # instructor-run mode: the instructor's job folder this job stands for
+
+    def submit(self) -> Job:
+        """Write the job's folder and hand it to the backend (or find the job already there)."""
+        cfg, prof, job_dir = self.cfg, self.prof, self.job_dir
+        if self.shared is not None:     # this costly job is the instructor's, read here
+            budget.link_shared(job_dir, self.shared)
+            return Job(JobRecord.load(self.shared))
+        if self.resubmit or cfg.resume or not (job_dir / "job.json").is_file():   # re-running a cell needs no room
+            check_writable(job_dir.parent)
+        job_dir.mkdir(parents=True, exist_ok=True)
+        with open(job_dir / ".submit.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)      # two cells (or kernels) submitting at once: one job
+            history: list[dict[str, Any]] = []
+            if cfg.resume:
+                _check_resumable(job_dir)
+            if (job_dir / "job.json").is_file():
+                old = JobRecord.load(job_dir)
+                if not (self.resubmit or cfg.resume):
+                    return Job(old)
+                if not Job(old).state().finished:
+                    raise RuntimeError(f"job {old.job_id} in {job_dir} is still {old.state}: cancel it first "
+                                       "(job.cancel() or `workshop cancel`), or wait for it, then resubmit")
+                history = old.history + [{"job_id": old.job_id, "state": old.state, "submitted_at": old.submitted_at}]
+                if old.run_dir.exists() and not cfg.resume:
+                    shutil.move(str(old.run_dir), str(job_dir / f"run-{old.job_id}"))
+            (job_dir / "job.sh").write_text(self.script)
+            (job_dir / "job.sh").chmod(0o755)
+            cfg = wrap_function.carry(cfg, job_dir)     # the job runs its own copy of the student's file
+            cfg.to_json(job_dir / "config.json")
+            rec = JobRecord(job_id="", backend=prof.backend, step=self.step, profile=prof.name, name=self.job_name,
+                            job_dir=str(job_dir), history=history)
+            if prof.backend == "local":
+                cpus = cfg.procs_per_node * prof.partition_for(self.step).cpus_per_proc
+                rec.job_id = local_backend.submit(rec, prof, cpus, job_dir.parent, nodes=cfg.nodes)
+            else:
+                rec.job_id = slurm_backend.submit(rec)
+                slurm_backend.POLLER.watch(rec.job_id)
+            rec.save()
+        return Job(rec)
+
+
+def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
+            overrides: Mapping[str, Any] | None = None, resubmit: bool = False, resume: bool = False,
+            jobs_dir: str | Path = "jobs", name: str | None = None) -> Submission:
+    """Everything `submit` checks and renders, without writing or submitting: a bad config raises here,
+    so a cell's jobs can all be checked before the first one goes (`workshop.slurm.group.submit_all`)."""
     get_step(step)
     prof = load_profile(profile)
     if config is None:
@@ -187,40 +301,10 @@ def submit(step: str, config: RunConfig | None = None, profile: str | Path | Pro
     jobs_root = Path(jobs_dir).resolve()
     job_dir = jobs_root / f"{step}-{job_key(step, cfg, prof, job_name)}"
     cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run"), "resume": resume or cfg.resume})
+    linked = job_dir.is_symlink() or not job_dir.exists()
+    shared = budget.shared_job(prof, cfg, jobs_root, job_dir.name) if linked else None
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
-    if resubmit or cfg.resume or not (job_dir / "job.json").is_file():   # re-running a cell needs no room
-        check_writable(jobs_root)
-
-    job_dir.mkdir(parents=True, exist_ok=True)
-    with open(job_dir / ".submit.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)      # two cells (or kernels) submitting at once: one job
-        history: list[dict[str, Any]] = []
-        if cfg.resume:
-            _check_resumable(job_dir)
-        if (job_dir / "job.json").is_file():
-            old = JobRecord.load(job_dir)
-            if not (resubmit or cfg.resume):
-                return Job(old)
-            if not Job(old).state().finished:
-                raise RuntimeError(f"job {old.job_id} in {job_dir} is still {old.state}: cancel it first "
-                                   "(job.cancel() or `workshop cancel`), or wait for it, then resubmit")
-            history = old.history + [{"job_id": old.job_id, "state": old.state, "submitted_at": old.submitted_at}]
-            if old.run_dir.exists() and not cfg.resume:
-                shutil.move(str(old.run_dir), str(job_dir / f"run-{old.job_id}"))
-        (job_dir / "job.sh").write_text(script)
-        (job_dir / "job.sh").chmod(0o755)
-        cfg.to_json(job_dir / "config.json")
-        rec = JobRecord(job_id="", backend=prof.backend, step=step, profile=prof.name, name=job_name,
-                        job_dir=str(job_dir), history=history)
-        if prof.backend == "local":
-            cpus = cfg.procs_per_node * prof.partition_for(step).cpus_per_proc
-            rec.job_id = local_backend.submit(rec, prof, cpus, jobs_root, nodes=cfg.nodes)
-            rec.state = JobState.RUNNING.value
-        else:
-            rec.job_id = slurm_backend.submit(rec)
-            slurm_backend.POLLER.watch(rec.job_id)
-        rec.save()
-    return Job(rec)
+    return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared)
 
 
 class JobsDirError(OSError):

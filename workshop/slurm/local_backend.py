@@ -5,6 +5,10 @@ state in the job folder (`.exit-<id>`, `.cancelled-<id>`): a restarted kernel st
 the job completed, failed or was cancelled. A job of N nodes simulates them on this machine: the
 `srun` and `scontrol` of `local_bin/` start the launcher once per node (named local-node1..N by
 SLURMD_NODENAME) and point the rendezvous at localhost, so the multi-node script runs unchanged.
+
+Jobs queue for this machine's cores as they would for a partition's (`local_queue`): a job of N
+processes starts when N cores are free (all of them, for a job bigger than the machine), in the
+order submitted; until then it is PENDING.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from workshop.profiles import Profile
-from workshop.slurm.records import JobRecord, JobState
+from workshop.slurm import local_queue
+from workshop.slurm.records import CHECKPOINT_EXIT, CHECKPOINT_REASON, JobRecord, JobState
 from workshop.slurm.slurm_backend import scrubbed_env
 
 # bash -c runner: run the job, then leave its exit status where any later process can read it.
@@ -58,6 +64,12 @@ def _alive(record: JobRecord) -> bool:
 
 
 LOCAL_BIN = Path(__file__).resolve().parent / "local_bin"
+QUEUE = Path(local_queue.__file__).resolve()
+
+
+def started_marker(record: JobRecord) -> Path:
+    """Written by the queue when the job leaves it and starts running; its time is the start time."""
+    return record.dir / f".started-{record.job_id}"
 
 
 def submit(record: JobRecord, profile: Profile, cpus_per_task: int, jobs_dir: Path, nodes: int = 1) -> str:
@@ -74,14 +86,19 @@ def submit(record: JobRecord, profile: Profile, cpus_per_task: int, jobs_dir: Pa
                SLURM_CPUS_PER_TASK=str(cpus_per_task), SLURMD_NODENAME=host if nodes == 1 else "local-node1",
                SLURM_NODEID="0", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_SUBMIT_DIR=os.getcwd(),
                SLURM_SUBMIT_HOST=host, SLURM_CLUSTER_NAME="local", SLURM_JOB_PARTITION="local")
+    record.job_id = job_id
+    ticket, ticket_fd = local_queue.enqueue()
     log = open(record.dir / f"slurm-{job_id}.out", "ab")
     try:
-        child = subprocess.Popen(["bash", "-c", _RUNNER, "workshop-local-job", str(record.script),
+        queue = [sys.executable, "-S", str(QUEUE), str(cpus_per_task * nodes), ticket, str(ticket_fd),
+                 str(started_marker(record)), "--"]
+        child = subprocess.Popen([*queue, "bash", "-c", _RUNNER, "workshop-local-job", str(record.script),
                                   str(record.dir / f".exit-{job_id}")],
                                  cwd=record.dir, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+                                 stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(ticket_fd,))
     finally:
         log.close()
+        os.close(ticket_fd)        # the queue process holds the ticket now
     _children[job_id] = child
     record.pid, record.pid_start, record.host = child.pid, _start_time(child.pid), host
     record.nodes = host if nodes == 1 else ",".join(f"local-node{i + 1}" for i in range(nodes))
@@ -99,9 +116,13 @@ def status(record: JobRecord) -> tuple[JobState, str, int | None, str]:
             rc = int(exit_file.read_text().strip() or 1)
             if rc == 0:
                 return JobState.COMPLETED, "", 0, record.nodes
+            if rc == CHECKPOINT_EXIT:
+                return JobState.CHECKPOINTED, CHECKPOINT_REASON, rc, record.nodes
             why = f"exit code {rc}" if rc < 128 else f"killed by signal {rc - 128}"
             return JobState.FAILED, why, rc, record.nodes
         if _alive(record):
+            if not started_marker(record).exists():
+                return JobState.PENDING, "queued: waiting for free cores on this machine", None, record.nodes
             return JobState.RUNNING, "", None, record.nodes
     return JobState.FAILED, "the job's process is gone and left no exit status (machine restarted?)", None, record.nodes
 

@@ -25,6 +25,7 @@ class JobState(str, enum.Enum):
     TIMEOUT = "TIMEOUT"
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     NODE_FAIL = "NODE_FAIL"
+    CHECKPOINTED = "CHECKPOINTED"   # ended on purpose at a checkpoint (exit CHECKPOINT_EXIT): resume it
 
     @property
     def finished(self) -> bool:
@@ -33,6 +34,12 @@ class JobState(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+
+# The batch script's exit status when the time-limit warning stopped training at a checkpoint: 75 is
+# EX_TEMPFAIL of sysexits.h ("temporary failure; the user is invited to retry"). The job ends at once,
+# freeing its GPUs; Slurm records FAILED with ExitCode 75:0, which every backend reads as CHECKPOINTED.
+CHECKPOINT_EXIT = 75
+CHECKPOINT_REASON = f"stopped at a checkpoint before the time limit (exit {CHECKPOINT_EXIT}): submit again with resume"
 
 # Slurm's other states (squeue/sacct spellings) -> ours
 SLURM_STATES: dict[str, JobState] = {s.value: s for s in JobState} | {
@@ -67,6 +74,9 @@ class JobRecord:
     pid: int | None = None       # local backend: the process group leader
     pid_start: int | None = None  # its start time (clock ticks), so a reused pid is not mistaken for it
     history: list[dict[str, Any]] = field(default_factory=list)  # earlier submissions of this folder
+    state_from: str = ""         # who said `state`: "log" (the job's own log, ahead of Slurm), "slurm", "local"
+    started_at: str | None = None  # when the job started running, by the scheduler's clock
+    elapsed_s: float | None = None  # run time by the scheduler's clock (Slurm's Elapsed), once it ended
 
     @property
     def dir(self) -> Path:
@@ -91,6 +101,11 @@ class JobRecord:
     @property
     def job_state(self) -> JobState:
         return JobState(self.state)
+
+    @property
+    def settled(self) -> bool:
+        """Finished, and the scheduler itself said so: nothing about this job can change any more."""
+        return self.job_state.finished and self.state_from != "log"
 
     def save(self) -> Path:
         """Write job.json atomically (a reader never sees half a record)."""

@@ -1,7 +1,7 @@
 """Render a step's batch script from the one template family in `slurm/templates/`.
 
-`job.sh` is the only full script; `launch-node.sh` / `launch-nodes.sh` are the launch block for
-one node or several. Placeholders are `@{name}` (string.Template with `@`, so bash's `$` stays
+`job.sh` is the only full script; `launch-process.sh` / `launch-node.sh` / `launch-nodes.sh` are the
+launch block for one training process (plain python), one node (torchrun) or several (srun + torchrun). Placeholders are `@{name}` (string.Template with `@`, so bash's `$` stays
 readable). Every value a user can influence is quoted here with `shlex.quote`; only the profile's
 `setup` lines (written by the site's admin) go in verbatim.
 """
@@ -15,6 +15,7 @@ from string import Template
 
 from workshop.config import ConfigError, RunConfig
 from workshop.profiles import TEMPLATES_DIR, Profile, current_env_activation
+from workshop.slurm.records import CHECKPOINT_EXIT
 from workshop.slurm.steps import check_fits, get_step
 
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
@@ -81,10 +82,13 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     lines.append(f"--output={sbatch_path(job_dir, '/slurm-%j.out')}")
     if profile.signal_lead_s > 0:
         lines.append(f"--signal=B:USR1@{profile.signal_lead_s}")
+    if get_step(step).program == "bandwidth" and part.gpus_per_node:
+        lines.append("--exclusive")
     width = max(len(x.split("=")[0]) for x in lines)
     comments = {"--ntasks-per-node": "one torchrun per node; it starts the processes",
                 "--cpus-per-task": f"{part.cpus_per_proc} core(s) per process",
-                "--gpus-per-node": part.gpu_name, "--gres": part.gpu_name}
+                "--gpus-per-node": part.gpu_name, "--gres": part.gpu_name,
+                "--exclusive": "whole nodes: nothing else shares the links the gate measures"}
     out = []
     for line in lines:
         key = line.split("=")[0]
@@ -95,7 +99,7 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
 
 def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -> str:
     if get_step(step).program == "bandwidth":
-        args = ["-m", "workshop.bandwidth", "--min-busbw", f"{profile.min_busbw_gbps:g}"]
+        args = ["-m", "workshop.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
             args += ["-e", profile.bandwidth_max_bytes]
         return " ".join(shlex.quote(a) for a in args)
@@ -114,12 +118,20 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
     if profile.python_env == "current":
         setup += current_env_activation()
     exports = [f"export HF_HOME={shell_value(profile.hf_home)}"] if profile.hf_home else []
+    # compute nodes have no internet: models and data come from the cache filled on the login node
+    exports += ["export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1"]
     exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
     exports.append(f"export WANDB_DIR={shlex.quote(str(job_dir))}")
     exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
-    launch_name = "launch-nodes.sh" if config.nodes > 1 else "launch-node.sh"
+    if info.program == "bandwidth":
+        exports.append("export NCCL_DEBUG=INFO   # the gate's log keeps NCCL's transport lines (P2P, SHM, NET/IB...)")
+    launch_name = ("launch-nodes.sh" if config.nodes > 1 else
+                   "launch-process.sh" if config.procs_per_node == 1 and info.program == "train" else "launch-node.sh")
     launch = template(launch_name).substitute(
-        procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json")).rstrip()
+        procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json"),
+        rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}   # the config's rdzv_endpoint"
+                       if config.rdzv_endpoint else ""),
+        rdzv_conf=f"--rdzv-conf=read_timeout={config.rdzv_timeout_s} " if config.rdzv_timeout_s else "").rstrip()
     gpus = f" x {part.gpu_name or 'GPU'}" if part.gpus_per_node else " (CPU processes)"
     shape = (f"{config.nodes} node(s) x {config.procs_per_node} process(es){gpus}, "
              f"sharding={config.sharding}, model={config.model}")
@@ -132,6 +144,5 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
         omp_threads=part.cpus_per_proc,
         step_line=shlex.quote(f"[job] step {step}: {shape}"),
         launch=launch,
-        # after a USR1 stop: Slurm ends the job within the lead plus one of its ~30 s limit checks
-        limit_wait_s=(profile.signal_lead_s or 60) + 60,
+        checkpoint_exit=CHECKPOINT_EXIT,
     )

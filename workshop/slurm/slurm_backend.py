@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Mapping
 
-from workshop.slurm.records import SLURM_STATES, JobRecord, JobState
+from workshop.slurm.records import CHECKPOINT_EXIT, CHECKPOINT_REASON, SLURM_STATES, JobRecord, JobState
 
 # The poller asks Slurm at most once per MIN_POLL_INTERVAL seconds per kernel, however many jobs
 # are watched, and backs off towards MAX_POLL_INTERVAL while nothing changes. An HPC admin may
@@ -85,15 +85,23 @@ def _user(uid: str) -> str:
 
 
 class Poller:
-    """One Slurm query per interval for every job this kernel watches (thread-safe)."""
+    """One Slurm query per interval for every job this kernel watches (thread-safe).
+
+    sacct is asked first (it knows ended jobs, their exit codes and Slurm's own start and elapsed
+    times). When accounting does not answer (slurmdbd down), squeue still gives the states of
+    queued and running jobs, and `trouble` says what is missing, so a display can say it too.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last_call = 0.0
         self._interval = 0.0
         self._cache: dict[str, tuple[JobState, str, int | None, str]] = {}
+        self._times: dict[str, tuple[str | None, float | None]] = {}
         self._watched: set[str] = set()
         self._sacct_ok: bool | None = None
+        self.trouble = ""          # why Slurm's answer is partial or stale; "" when all is well
+        self.queries = 0           # Slurm queries made (each covers every watched job)
 
     def watch(self, job_id: str) -> None:
         with self._lock:
@@ -115,11 +123,22 @@ class Poller:
             try:
                 self._cache.update(self._query(ids))
                 changed = any(self._cache.get(i, (None,))[0] != before[i] for i in ids)
-            except SlurmError:
+            except SlurmError as e:
+                self.trouble = f"Slurm does not answer ({str(e)[:120]})"
                 changed = False
             self._interval = MIN_POLL_INTERVAL if changed else min(
                 max(self._interval, MIN_POLL_INTERVAL) * 1.5, MAX_POLL_INTERVAL)
             return self._cache.get(job_id)
+
+    def times(self, job_id: str) -> tuple[str | None, float | None]:
+        """Slurm's (start time, elapsed seconds) of a job, as of the last query; None where unknown."""
+        with self._lock:
+            return self._times.get(job_id, (None, None))
+
+    def due_in(self) -> float:
+        """Seconds until the poller may ask Slurm again."""
+        with self._lock:
+            return max(0.0, self._last_call + MIN_POLL_INTERVAL - time.monotonic())
 
     def hurry(self) -> None:
         """Drop the back-off (a log just said the job ended); the minimum interval still holds."""
@@ -129,26 +148,32 @@ class Poller:
     def _query(self, ids: list[str]) -> dict[str, tuple[JobState, str, int | None, str]]:
         if not ids:
             return {}
+        self.queries += 1
+        sacct_error = ""
         if self._sacct_ok is not False:
             try:
                 out = run(["sacct", "-P", "-n", "-X", "-j", ",".join(ids),
-                           "--format=JobIDRaw,State,ExitCode,Reason,NodeList"])
-                self._sacct_ok = True
+                           "--format=JobIDRaw,State,ExitCode,Reason,NodeList,Start,ElapsedRaw"])
+                self._sacct_ok, self.trouble = True, ""
                 return self._parse(out, sacct=True)
             except SlurmError as e:
-                if "accounting storage is disabled" not in str(e) and self._sacct_ok:
-                    raise
-                self._sacct_ok = False
+                if "accounting storage is disabled" in str(e):
+                    self._sacct_ok = False
+                else:
+                    sacct_error = str(e).splitlines()[0][:160]
         out = run(["squeue", "--me", "-h", "-j", ",".join(ids), "-o", "%i|%T|%r|%N"])
         found = self._parse(out, sacct=False)
+        if sacct_error:      # accounting is down for now: squeue knows only the jobs still queued
+            self.trouble = f"accounting does not answer ({sacct_error}): states of ended jobs come from their logs"
+            return found
+        self.trouble = ""
         for i in ids:   # gone from squeue and no accounting: finished, outcome unknown to Slurm
             if i not in found and i in self._cache:
                 found[i] = (JobState.COMPLETED, "left the queue; accounting is off, so check the log",
                             None, self._cache[i][3])
         return found
 
-    @staticmethod
-    def _parse(out: str, sacct: bool) -> dict[str, tuple[JobState, str, int | None, str]]:
+    def _parse(self, out: str, sacct: bool) -> dict[str, tuple[JobState, str, int | None, str]]:
         found = {}
         for line in out.splitlines():
             parts = line.strip().split("|")
@@ -156,12 +181,17 @@ class Poller:
                 continue
             if sacct:
                 job_id, raw_state, exit_code, reason, nodes = parts[:5]
+                start, elapsed = (parts[5:7] + ["", ""])[:2]
+                self._times[job_id] = (start if start[:1].isdigit() else None,
+                                       float(elapsed) if elapsed.isdigit() and start[:1].isdigit() else None)
             else:
                 job_id, raw_state, reason, nodes = parts[:4]
                 exit_code = ""
             word = raw_state.split()[0] if raw_state.split() else ""
             state = SLURM_STATES.get(word, JobState.FAILED)
             why, rc = _exit_reason(state, exit_code, reason)
+            if state is JobState.FAILED and rc == CHECKPOINT_EXIT:
+                state, why = JobState.CHECKPOINTED, CHECKPOINT_REASON
             if state is JobState.CANCELLED and " by " in raw_state:
                 why = f"cancelled by {_user(raw_state.split(' by ', 1)[1].strip())}"
             if word not in SLURM_STATES:

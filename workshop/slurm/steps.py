@@ -44,11 +44,18 @@ def get_step(name: str) -> Step:
 
 
 def step_config(step: str, profile: Profile, overrides: Mapping[str, Any] | None = None) -> RunConfig:
-    """The step's config on this site: step defaults < profile `[run]` < `[run.<step>]` < overrides."""
+    """The step's config on this site: step defaults < profile `[run]` < `[run.<step>]` < overrides.
+
+    The bandwidth gate runs one rank per GPU of its partition's nodes: a fabric is judged as training
+    uses it, every GPU of a node sending at once."""
     values = dict(get_step(step).defaults)
+    gpus = profile.partition_for(step).gpus_per_node
+    if get_step(step).program == "bandwidth" and gpus:
+        values["procs_per_node"] = gpus
     values.update(profile.run_defaults(step))
-    values.update(overrides or {})
-    return load_config(overrides=values)
+    # the step's and site's values are a base, not written by the student: Hugging Face's fsdp/fsdp_config
+    # in `overrides` may replace the step's sharding without contradicting it
+    return load_config(base=load_config(overrides=values), overrides=overrides)
 
 
 def check_fits(step: str, config: RunConfig, profile: Profile) -> None:
@@ -62,3 +69,29 @@ def check_fits(step: str, config: RunConfig, profile: Profile) -> None:
     if part.max_nodes and config.nodes > part.max_nodes:
         raise ConfigError("nodes", f"{config.nodes} nodes, but partition {part.name or part.key!r} allows "
                           f"{part.max_nodes}", f"use nodes <= {part.max_nodes}")
+
+
+def gpu_counts(profile: Profile, step: str = "multi_gpu") -> list[int]:
+    """1, 2, 4, ... up to the GPUs of one node of the step's partition (CPU profiles: up to 4)."""
+    most = profile.partition_for(step).gpus_per_node or 4
+    return [n for n in (1, 2, 4, 8, 16) if n <= most]
+
+
+@dataclass(frozen=True)
+class ScalingPlan:
+    """Notebook 04's runs on a site, in the one place the notebook and the class budget share: the GPU
+    counts of one node, the largest micro-batch per GPU (the step's batch_size: what the site's GPUs
+    hold) and the global batch every run keeps (that micro-batch on every GPU of the largest run). The
+    student derives each run's micro-batch and accumulation from these."""
+
+    gpu_counts: tuple[int, ...]
+    micro_batch: int
+    global_batch: int
+
+
+def scaling_plan(profile: Profile, overrides: Mapping[str, Any] | None = None,
+                 counts: list[int] | tuple[int, ...] | None = None) -> ScalingPlan:
+    """The plan on this site (`overrides`: the notebook's; `counts`: GPU counts other than the site's)."""
+    counts = tuple(counts or gpu_counts(profile))
+    micro = step_config("multi_gpu", profile, {**(overrides or {}), "procs_per_node": max(counts)}).batch_size
+    return ScalingPlan(counts, micro, micro * max(counts))

@@ -1,19 +1,29 @@
-"""`Job.wait()`: watch a job until it ends -- a widget in Jupyter, one updating line in a terminal.
+"""Watch jobs until they end: one table widget in Jupyter, one line per change elsewhere.
 
-The display refreshes from the local log file every `poll` seconds; the job's state comes through
-the backend's poller, so watching many jobs never asks Slurm more than once per interval.
+The display refreshes every `poll` seconds (1 s) from what each job says: its own log first
+(`[job] start`, `[job] end`, `[workshop] step k/N`), Slurm through the shared poller (asked at
+most once per interval for all watched jobs together) for everything a log cannot say. Elapsed
+times are the scheduler's. When Slurm's accounting does not answer, the display says so and goes
+on following the logs. Once every job has ended by its log, the wait returns; Slurm's confirmation
+(its final state and elapsed time) comes one query slot later: a widget keeps updating until then
+while the notebook goes on, a terminal waits for it.
 """
 
 from __future__ import annotations
 
+import html
 import sys
+import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from workshop.slurm.records import JobState
 
 if TYPE_CHECKING:
     from workshop.slurm.jobs import Job
+
+View = Callable[[Mapping[str, JobState], str], None]
 
 
 def in_notebook() -> bool:
@@ -25,7 +35,9 @@ def in_notebook() -> bool:
     return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
 
 
-def _fmt_elapsed(seconds: float) -> str:
+def _fmt_elapsed(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
     m, s = divmod(int(seconds), 60)
     h, m = divmod(m, 60)
     return f"{h:d}:{m:02d}:{s:02d}"
@@ -36,56 +48,112 @@ def _last_line(job: "Job") -> str:
     return lines[-1].strip()[:160] if lines else ""
 
 
-def _widget_view(job: "Job") -> Callable[[JobState, float], None]:
+def _state_words(job: "Job", state: JobState) -> str:
+    """The state, and who said it when that matters: the log ahead of Slurm, or why not yet."""
+    said = " (by its log; Slurm to confirm)" if job.record.state_from == "log" and state.finished else ""
+    return f"{state.value}{said}" + (f" ({job.reason})" if job.reason else "")
+
+
+def trouble(jobs: Mapping[str, "Job"]) -> str:
+    """What Slurm could not tell just now, for the display ('' when all is well)."""
+    from workshop.slurm.slurm_backend import POLLER
+    if any(j.record.backend == "slurm" for j in jobs.values()) and POLLER.trouble:
+        return POLLER.trouble
+    return ""
+
+
+def _widget_view(jobs: Mapping[str, "Job"]) -> View:
+    """One HTML table: a row per job (state, steps as a progress bar, elapsed, last log line)."""
     import ipywidgets as w
     from IPython.display import display
-    head = w.HTML()
-    bar = w.IntProgress(value=0, min=0, max=1, description="steps", layout=w.Layout(width="60%"))
-    last = w.HTML()
-    display(w.VBox([head, bar, last]))
+    table = w.HTML()
+    display(table)
+    colours = {"COMPLETED": "#1a7f37", "RUNNING": "#0969da", "PENDING": "#6e7781", "CHECKPOINTED": "#9a6700"}
 
-    def update(state: JobState, elapsed: float) -> None:
-        import html
-        reason = f" &mdash; {html.escape(job.reason)}" if job.reason else ""
-        head.value = (f"<b>{html.escape(job.step)}</b> job <code>{html.escape(job.job_id)}</code>: "
-                      f"<b>{state.value}</b>{reason} &middot; {_fmt_elapsed(elapsed)}")
-        prog = job.progress()
-        if prog:
-            bar.max, bar.value = max(prog[1], 1), prog[0]
-        bar.bar_style = {"COMPLETED": "success", "RUNNING": "info", "PENDING": ""}.get(state.value, "danger")
-        last.value = f"<code>{html.escape(_last_line(job))}</code>"
+    def update(states: Mapping[str, JobState], note: str) -> None:
+        rows = []
+        for name, job in jobs.items():
+            state = states[name]
+            prog = job.progress()
+            bar = (f'<progress value="{prog[0]}" max="{max(prog[1], 1)}"></progress> {prog[0]}/{prog[1]}'
+                   if prog else "")
+            colour = colours.get(state.value, "#cf222e")
+            rows.append(f"<tr><td><b>{html.escape(str(name))}</b></td><td><code>{html.escape(job.job_id)}</code></td>"
+                        f'<td style="color:{colour}"><b>{html.escape(_state_words(job, state))}</b></td>'
+                        f"<td>{bar}</td><td>{_fmt_elapsed(job.elapsed())}</td>"
+                        f"<td><code>{html.escape(_last_line(job))}</code></td></tr>")
+        foot = f'<p style="color:#9a6700">&#9888; {html.escape(note)}</p>' if note else ""
+        table.value = ("<table><tr><th>run</th><th>job</th><th>state</th><th>steps</th><th>elapsed</th>"
+                       f"<th>last log line</th></tr>{''.join(rows)}</table>{foot}")
     return update
 
 
-def _text_view(job: "Job") -> Callable[[JobState, float], None]:
-    tty = sys.stdout.isatty()
-    shown = [""]
+def _text_view(jobs: Mapping[str, "Job"]) -> View:
+    """A terminal: one line rewritten in place for a single job; otherwise a line per change."""
+    in_place = sys.stdout.isatty() and len(jobs) == 1
+    shown: dict[str, str] = {}
 
-    def update(state: JobState, elapsed: float) -> None:
-        prog = job.progress()
-        steps = f" step {prog[0]}/{prog[1]}" if prog else ""
-        reason = f" ({job.reason})" if job.reason else ""
-        line = f"{job.job_id} {job.step}: {state.value}{reason}{steps} {_fmt_elapsed(elapsed)}"
-        if tty:
-            sys.stdout.write("\r" + line[:150].ljust(150))
-            if state.finished:
-                sys.stdout.write("\n")
-            sys.stdout.flush()
-        elif line.rsplit(" ", 1)[0] != shown[0]:     # no terminal: a new line only when something changed
-            print(line, flush=True)
-            shown[0] = line.rsplit(" ", 1)[0]
+    def update(states: Mapping[str, JobState], note: str) -> None:
+        if note and shown.get("") != note:
+            print(f"{'' if not in_place else chr(10)}note: {note}", flush=True)
+        shown[""] = note
+        for name, job in jobs.items():
+            prog = job.progress()
+            steps = f" step {prog[0]}/{prog[1]}" if prog else ""
+            head = f"{job.job_id} {name}: {_state_words(job, states[name])}{steps}"
+            line = f"{head} {_fmt_elapsed(job.elapsed())}"
+            if in_place:
+                sys.stdout.write("\r" + line[:150].ljust(150) + ("\n" if states[name].finished else ""))
+                sys.stdout.flush()
+            elif shown.get(name) != head:
+                print(line, flush=True)
+                shown[name] = head
     return update
+
+
+def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: float | None = None,
+             quiet: bool = False) -> dict[str, JobState]:
+    """Until every job has ended or `timeout` seconds pass; each job's last state."""
+    from workshop.slurm.slurm_backend import MIN_POLL_INTERVAL, POLLER
+    interval = poll if poll is not None else 1.0
+    start = time.monotonic()
+    widget = not quiet and in_notebook()
+    view = None if quiet else (_widget_view(jobs) if widget else _text_view(jobs))
+    confirm_until = None
+    while True:
+        states = {name: job.state() for name, job in jobs.items()}
+        if view:
+            view(states, trouble(jobs))
+        timed_out = timeout is not None and time.monotonic() - start >= timeout
+        if timed_out or not all(s.finished for s in states.values()):
+            if timed_out:
+                return states
+        else:
+            # every job ended; those only their log has ended get Slurm's word when it comes: a widget
+            # keeps updating while the next cells run, a terminal waits for it (one query slot at most)
+            if all(job.record.settled for job in jobs.values()):
+                return states
+            if widget:
+                threading.Thread(target=_confirm, args=(jobs, view, interval, MIN_POLL_INTERVAL * 6),
+                                 daemon=True).start()
+                return states
+            confirm_until = confirm_until or time.monotonic() + MIN_POLL_INTERVAL + 2 * interval
+            if time.monotonic() >= confirm_until or (POLLER.trouble and POLLER.due_in() > 0):
+                return states
+        time.sleep(interval)
+
+
+def _confirm(jobs: Mapping[str, "Job"], view: View, interval: float, seconds: float) -> None:
+    """Keep a widget updating until Slurm has confirmed every job (or `seconds` pass)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(interval)
+        states = {name: job.state() for name, job in jobs.items()}
+        view(states, trouble(jobs))
+        if all(job.record.settled for job in jobs.values()):
+            return
 
 
 def wait(job: "Job", timeout: float | None = None, poll: float | None = None, quiet: bool = False) -> JobState:
-    """Until the job finishes or `timeout` seconds pass; returns the last state seen."""
-    interval = poll if poll is not None else 1.0
-    start = time.monotonic()
-    view = None if quiet else (_widget_view(job) if in_notebook() else _text_view(job))
-    while True:
-        state = job.state()
-        if view:
-            view(state, time.monotonic() - start)
-        if state.finished or (timeout is not None and time.monotonic() - start >= timeout):
-            return state
-        time.sleep(interval)
+    """One job: until it ends or `timeout` seconds pass; its last state."""
+    return wait_all({job.step: job}, timeout=timeout, poll=poll, quiet=quiet)[job.step]

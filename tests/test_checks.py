@@ -1,0 +1,119 @@
+"""The checking API of the test cells, and the tamper scan, on their own (fast: no kernel, no nbgrader).
+
+The real-nbgrader exploit tests are in tests/test_integrity.py."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from workshop import checks
+from workshop.integrity import Placeholder, Replay
+from workshop.scan import Cell, protected_names, scan_cells
+
+
+class Anything(float):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = float.__hash__
+
+
+def test_plain_data_survives_and_clever_objects_do_not() -> None:
+    assert checks.plain({1: [np.float64(2.5), (True, None)], "a": np.int64(3)}) == {1: [2.5, [True, None]], "a": 3}
+    assert checks.plain(float("nan")) is None
+    for clever in (Anything(1.0), object(), {"x": Anything(0)}, {Anything(0): 1}, np.array([1.0])):
+        with pytest.raises(checks.NotPlain):
+            checks.plain(clever)
+
+
+def test_number_accepts_rounding_and_rejects_the_rest() -> None:
+    checks.number(np.float64(2.31), np.float64(2.3149), "loss")
+    for wrong, message in ((2.5, "is not right"), (None, "still empty"), ("2.31", "should be a number"),
+                           (True, "should be a number"), (Anything(2.3149), "type Anything")):
+        with pytest.raises(AssertionError, match=message):
+            checks.number(wrong, 2.3149, "loss")
+    with pytest.raises(AssertionError, match="no reference value"):
+        checks.number(1.0, float("nan"), "loss")
+
+
+def test_value_choice_and_rule() -> None:
+    checks.value({"weights": 4, "adam": [4, 4]}, {"weights": 4.0, "adam": [4, 4]}, "bytes per parameter")
+    with pytest.raises(AssertionError):
+        checks.value({"weights": 4}, {"weights": 4, "adam": 8}, "bytes per parameter")
+    checks.choice(" Hybrid_Shard ", "hybrid_shard", "strategy", options=["full_shard", "hybrid_shard"])
+    with pytest.raises(AssertionError, match="not one of"):
+        checks.choice("zero3", "hybrid_shard", "strategy", options=["full_shard", "hybrid_shard"])
+    checks.choice(False, False, "gate passes")
+    with pytest.raises(AssertionError):
+        checks.choice(0, False, "gate passes")   # a bool is asked for: 0 is not False
+    checks.holds({"em": 10.0, "f1": 20.0}, lambda b: b["em"] <= b["f1"], "EM <= F1")
+    with pytest.raises(AssertionError, match="does not hold"):
+        checks.holds({"em": None, "f1": 20.0}, lambda b: b["em"] <= b["f1"], "EM <= F1")
+
+
+def test_the_rerun_reads_answers_from_records_only() -> None:
+    checks._replay = Replay([{"v": 1, "kind": "number", "what": "loss", "answer": "2.31"}])
+    try:
+        checks.number(Placeholder("baseline")["loss"], 2.3149, "loss")   # the kernel's value is never used
+        with pytest.raises(AssertionError, match="no answer was recorded"):
+            checks.number(Placeholder("baseline")["loss"], 2.3149, "loss")
+    finally:
+        checks._replay = None
+    for record, message in (({"kind": "number", "what": "other", "answer": "1"}, "do not line up"),
+                            ({"kind": "number", "what": "loss", "answer": "__import__('os')"}, "not plain data"),
+                            ({"kind": "number", "what": "loss", "invalid": "an object of type X"}, "type X")):
+        checks._replay = Replay([record])
+        try:
+            with pytest.raises(AssertionError, match=message):
+                checks.number(0, 2.0, "loss")
+        finally:
+            checks._replay = None
+    with pytest.raises(TypeError, match="outside a workshop.checks call"):
+        assert Placeholder("baseline")["loss"] == 1   # a test cell may not compare a student's value itself
+
+
+LOCKED = {"setup": "from workshop.lab import Lab\nlab = Lab()",
+          "reference": "from workshop import checks\nreference = lab.table('baseline', [lab.run('baseline')])",
+          "test": "checks.number(baseline['em'], reference['em'], 'em')"}
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("checks = None", "rebinds `checks`"),
+    ("def lab(): pass", "redefines `lab`"),
+    ("import workshop.checks\nworkshop.checks.number = print", r"assigns `workshop\.checks\.number`"),
+    ("setattr(lab, 'run', print)", "setattr"),
+    ("import sys\nsys.modules['workshop.checks'] = None", "sys.modules"),
+    ("class A:\n    def __eq__(self, o): return True", "defines __eq__"),
+    ("import sys, io\nsys.stderr = io.StringIO()", "sys.stderr"),
+    ("from contextlib import redirect_stderr", "redirects stderr"),
+    ("get_ipython().events.register('post_run_cell', print)", "event hook"),
+    ("%%capture\nprint(1)", "get_ipython"),
+    ("import IPython\nIPython.core.interactiveshell.InteractiveShell.showtraceback = print", "showtraceback"),
+    ("import os\nos.environ.pop('NBGRADER_EXECUTION')", "environment"),
+    ("exec('x = 1')", r"\(exec\)"),
+])
+def test_scan_names_the_tampering(source: str, reason: str) -> None:
+    cells = [Cell(name, src, src) for name, src in LOCKED.items()] + [Cell("answer", source)]
+    found = scan_cells(cells, protected_names(LOCKED.values()))
+    assert any(re.search(reason, r) for r in found), found
+
+
+def test_scan_passes_an_honest_answer_and_flags_an_edited_locked_cell() -> None:
+    honest = "row = measured.iloc[0]\nbaseline = {'em': row['em'], 'f1': float(row['f1'])}\nfor n in [1, 2]:\n    x = n"
+    cells = [Cell(name, src, src) for name, src in LOCKED.items()] + [Cell("answer", honest)]
+    assert scan_cells(cells, protected_names(LOCKED.values())) == []
+    cells[2] = Cell("test", "pass", LOCKED["test"])
+    assert scan_cells(cells, protected_names(LOCKED.values())) == [
+        "test: a locked cell was edited (nbgrader ran the original)"]
+
+
+def test_a_student_function_called_by_a_test_cell_is_read_from_its_record() -> None:
+    # wave 2: the student writes mask_labels(); a test cell calls it on an example the notebook never showed
+    checks._replay = Replay([{"kind": "value", "what": "labels of an unseen example", "answer": "[-100, -100, 7, 8]"}])
+    try:
+        checks.value(Placeholder("mask_labels")({"unseen": 1}), [-100, -100, 7, 8], "labels of an unseen example")
+    finally:
+        checks._replay = None

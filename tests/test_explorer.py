@@ -1,0 +1,61 @@
+"""The memory explorer: the plain function and the ipywidgets controls follow the memory model."""
+
+from __future__ import annotations
+
+import pytest
+
+from workshop import explorer
+from workshop.memory import GiB, estimate
+
+
+def test_explore_is_the_memory_model_and_says_what_fits() -> None:
+    r = explorer.explore("bloom-560m", 8, 512, "bf16", "full_shard", gpus=4)
+    assert r.breakdown == estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+    assert set(r.fits) == {"V100-32GB", "A100-80GB", "H100-80GB"}
+    assert r.fits["A100-80GB"] is (r.breakdown.peak <= 80e9 - 0.5 * GiB)
+    assert r.figure is not None
+    big = explorer.explore("bloom-7b1", 8, 2048, "bf16", "none", gpus=1, draw=False)
+    assert not any(big.fits.values()) and big.figure is None
+
+
+def test_moving_the_controls_moves_the_figures() -> None:
+    base = dict(model="bloom-560m", batch_size=4, max_length=512, precision="bf16", sharding="full_shard",
+                gpus=2, draw=False)
+    ref = explorer.explore(**base).breakdown
+    more_gpus = explorer.explore(**{**base, "gpus": 8}).breakdown
+    assert more_gpus.optimizer == ref.optimizer // 4 and more_gpus.grads < ref.grads
+    bigger_batch = explorer.explore(**{**base, "batch_size": 8}).breakdown
+    assert bigger_batch.activations > 1.9 * ref.activations and bigger_batch.optimizer == ref.optimizer
+    ac = explorer.explore(**{**base, "activation_checkpointing": True}).breakdown
+    assert ac.activations < 0.7 * ref.activations  # the blocks' share; the logits stay
+    off = explorer.explore(**{**base, "offload": True}).breakdown
+    assert off.optimizer == 0 and off.host_optimizer == ref.optimizer and off.peak < ref.peak
+    ddp = explorer.explore(**{**base, "sharding": "ddp"}).breakdown
+    assert ddp.optimizer == 2 * ref.optimizer
+    fp32 = explorer.explore(**{**base, "precision": "fp32"}).breakdown
+    assert fp32.params > ref.params  # gathered units in fp32 instead of bf16
+    assert explorer.explore(**{**base, "sharding": "none"}).breakdown.shard_size == 1  # several GPUs: ddp
+
+
+def test_widgets_drive_the_same_function() -> None:
+    pytest.importorskip("ipywidgets")
+    ui = explorer.memory_explorer()
+    controls = {w.description: w for w in ui.children if hasattr(w, "value") and w.description}
+    assert {"model", "batch_size", "max_length", "precision", "sharding", "offload",
+            "activation_checkpointing", "gpus"} <= set(controls)
+    controls["gpus"].value = 8
+    controls["batch_size"].value = 2
+    controls["sharding"].value = "shard_grad_op"
+    got = ui.result.breakdown
+    assert got == estimate("bloom-560m", "shard_grad_op", 8, "bf16", 2, 512)
+    controls["model"].value = "tiny"
+    assert ui.result.breakdown.n_params == 322_368
+
+
+def test_the_widget_only_where_jupyterlab_runs_the_kernel(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ipywidgets")
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)   # papermill, nbgrader: no front end
+    assert explorer.show_explorer() is None and "call explore(" in capsys.readouterr().out
+    monkeypatch.setenv("JPY_SESSION_NAME", "01_baseline.ipynb")   # what jupyter_server gives its kernels
+    assert explorer.show_explorer().result.breakdown == estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)

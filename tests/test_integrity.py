@@ -1,0 +1,200 @@
+"""A clever student cannot talk the grading round: real nbgrader autograde on real submissions (the
+session's executed course and its saved jobs), then the independent review `workshop.grade` runs.
+
+Every exploit below wins points in nbgrader's kernel, or tries to; each must end with no points, or
+with its points withheld and the submission flagged with the reason. The genuine solution keeps full
+marks with no flag; the blank release scores 0.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import nbformat
+import pytest
+
+from tests.grading import Course, append_to_cell, insert_cell_after
+from workshop.integrity import review
+from workshop.release import assignments
+
+pytestmark = pytest.mark.slow
+
+A = "01_baseline"
+FIRST = "nb01-mask-answer"      # the first answer cell: what is appended here runs before every test
+ANSWERS = (FIRST, "nb01-predict", "nb01-13-baseline-table", "nb01-epoch-answer")
+ZERO = [   # every answer wrong: appended to each answer cell
+    (FIRST, "def encode(tok, example, max_length):\n    return {'input_ids': [], 'labels': []}"),
+    ("nb01-predict", "bytes_per_param = {k: 0 for k in bytes_per_param}\nbloom_560m_state_gb = -1.0"),
+    ("nb01-13-baseline-table", "baseline = {k: -1.0 for k in baseline}"),
+    ("nb01-epoch-answer", "squad_epoch_hours = -1.0"),
+]
+
+
+def full(course: Course) -> float:
+    return sum(course.max_points(A).values())
+
+
+def graded(course: Course, student: str, folder: Path,
+           edit: Callable[[nbformat.NotebookNode], None] | None = None) -> tuple[float, dict]:
+    """nbgrader's total for one submission, and the review's report columns for it."""
+    course.submit(student, A, folder, edit)
+    nbgrader_total = sum(course.autograde(student, A).values())
+    return nbgrader_total, review(course.root, course.db, [A])[(student, A)]
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory: pytest.TempPathFactory) -> Course:
+    return Course(tmp_path_factory.mktemp("integrity"))
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_genuine_solution_keeps_full_marks_with_no_flag(course_run: Path, course: Course, name: str) -> None:
+    course.submit("alice", name, course_run / name)
+    score = sum(course.autograde("alice", name).values())
+    total = sum(course.max_points(name).values())
+    assert score == total
+    assert review(course.root, course.db, [name])[("alice", name)] == {"verified_score": total, "flags": 0,
+                                                                      "flag_reasons": ""}
+
+
+def test_blank_release_scores_zero(course: Course, tmp_path: Path) -> None:
+    blank = tmp_path / A
+    blank.mkdir()
+    shutil.copy2(course.generate(A), blank)
+    score, columns = graded(course, "bob", blank)
+    assert score == 0 and columns["verified_score"] == 0
+
+
+def exploit(course: Course, course_run: Path, tmp_path: Path, student: str, cells: list[tuple[str, str]],
+            jobs_edit: Callable[[Path], None] | None = None) -> tuple[float, dict]:
+    """A submission made from the executed solution: `cells` are (grade id, code), appended to an answer
+    cell or inserted after a locked one."""
+    folder = tmp_path / A
+    shutil.copytree(course_run / A, folder)
+    if jobs_edit is not None:
+        jobs_edit(folder / "jobs")
+
+    def edit(nb: nbformat.NotebookNode) -> None:
+        for after, code in cells:
+            if after in ANSWERS:
+                append_to_cell(nb, after, code)
+            else:
+                insert_cell_after(nb, after, code)
+
+    return graded(course, student, folder, edit)
+
+
+def assert_no_points_or_flagged(score: float, columns: dict, *reasons: str) -> None:
+    """No points at all, or every point nbgrader gave withheld; and each reason in the report."""
+    assert score == 0 or columns["verified_score"] == 0, (score, columns)
+    assert columns["flags"] > 0
+    for reason in reasons:
+        assert re.search(reason, columns["flag_reasons"]), (reason, columns["flag_reasons"])
+
+
+def test_redefined_checker_wins_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+    # zero answers; the old checker redefined in an answer cell, the new one in a cell slipped in
+    # after the locked cell that imports it: nbgrader's kernel passes every test
+    score, columns = exploit(course, course_run, tmp_path, "mallory", [
+        *ZERO, (FIRST, "def check(*args, **kwargs):\n    pass"),
+        ("nb01-mask-unseen", "class checks:\n    number = value = holds = staticmethod(lambda *a, **k: None)"),
+    ])
+    assert score == full(course)   # the exploit works in nbgrader's kernel ...
+    assert_no_points_or_flagged(score, columns, "redefines `checks`", r"withheld: .*no answer was recorded")
+
+
+def test_patched_workshop_modules_win_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+    score, columns = exploit(course, course_run, tmp_path, "oscar", [*ZERO, (FIRST, """
+import workshop.lab, workshop.checks
+workshop.lab.check = lambda *a, **k: None
+workshop.checks.number = workshop.checks.value = workshop.checks.holds = lambda *a, **k: None""")])
+    assert score == full(course)
+    assert_no_points_or_flagged(score, columns, r"assigns `workshop\.lab\.check`",
+                                r"assigns `workshop\.checks\.number`", "withheld")
+
+
+def test_answer_equal_to_anything_wins_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+    # jupyter/nbgrader#1379: an answer whose comparisons are always true
+    score, columns = exploit(course, course_run, tmp_path, "trudy", [(FIRST, """
+class Anything(float):
+    def __eq__(self, other): return True
+    def __le__(self, other): return True
+    def __ge__(self, other): return True
+    def __gt__(self, other): return True
+    def __sub__(self, other): return Anything(0.0)
+    def __abs__(self): return 0.0
+def encode(tok, example, max_length):
+    return Anything(0.0)"""),
+        ("nb01-predict", "bytes_per_param = Anything(0.0)\nbloom_560m_state_gb = Anything(0.0)"),
+        ("nb01-13-baseline-table", "baseline = {k: Anything(0.0) for k in baseline}"),
+        ("nb01-epoch-answer", "squad_epoch_hours = Anything(0.0)")])
+    assert score == 0
+    assert_no_points_or_flagged(score, columns, "defines __eq__")
+
+
+def test_silenced_tracebacks_win_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+    # jupyter/nbgrader#1324: failing tests that leave no error output look passed to nbgrader
+    score, columns = exploit(course, course_run, tmp_path, "eve", [*ZERO, (FIRST, """
+import os, sys, IPython
+IPython.core.interactiveshell.InteractiveShell.showtraceback = lambda *a, **k: None   # as in nbgrader#1324
+sys.stderr = open(os.devnull, "w")
+get_ipython().showtraceback = lambda *a, **k: None
+get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")])
+    assert_no_points_or_flagged(score, columns, "showtraceback", "sys.stderr", "exception handler")
+
+
+def test_edited_saved_log_wins_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+    def edit_log(jobs: Path) -> None:
+        (log,) = jobs.glob("baseline-*/slurm-*.out")
+        lines = log.read_text().splitlines(keepends=True)
+        for i, line in enumerate(lines):
+            if line.startswith("WORKSHOP_SUMMARY "):
+                summary = json.loads(line.split(" ", 1)[1])
+                summary["train_samples_per_s"] = round(summary["train_samples_per_s"] * 2, 3)   # a faster run
+                lines[i] = "WORKSHOP_SUMMARY " + json.dumps(summary) + "\n"
+        log.write_text("".join(lines))
+
+    # the answers are read from the table of the edited log: nbgrader's kernel agrees with them
+    score, columns = exploit(course, course_run, tmp_path, "frank", [], jobs_edit=edit_log)
+    assert score == full(course)
+    # every answer checked against the log is withheld (the two numbers, the epoch's hours); the mask and
+    # the model-state arithmetic do not read the log and stand; the flag says why
+    log_points = sum(v for k, v in course.max_points(A).items()
+                     if k in ("nb01-16-test-final-train-loss", "nb01-18-test-train-samples-per-s", "nb01-test-epoch-hours"))
+    assert log_points == 4 and columns["verified_score"] == score - log_points
+    assert_no_points_or_flagged(0, columns, "edited numbers: the log's WORKSHOP_SUMMARY differs",
+                                "withheld: an earlier cell failed: .*edited numbers")
+
+
+def test_copied_log_of_another_student_is_flagged(course_run: Path, course: Course, tmp_path: Path) -> None:
+    # grace hands in alice's folder: her own notebook, alice's jobs. Whoever copied, both are named.
+    graded(course, "alice", course_run / A)
+    score, columns = graded(course, "grace", course_run / A)
+    assert columns["flags"] > 0 and "one run handed in twice" in columns["flag_reasons"]
+    assert "alice" in columns["flag_reasons"]
+
+
+def test_grade_report_has_the_review_columns(course_run: Path, tmp_path: Path) -> None:
+    import csv
+
+    from workshop.grade import main
+
+    course = Course(tmp_path / "course")
+    course.submit("alice", A, course_run / A)
+    def oscar(nb: nbformat.NotebookNode) -> None:
+        for cell, code in [*ZERO, (FIRST, """
+import workshop.checks
+workshop.checks.number = workshop.checks.value = workshop.checks.holds = lambda *a, **k: None""")]:
+            append_to_cell(nb, cell, code)
+
+    course.submit("oscar", A, course_run / A, oscar)
+    assert main(["--root", str(course.root), "--assignments", A]) == 0
+    rows = {r["student"]: r for r in csv.DictReader((course.root / "grades.csv").open())}
+    # both hand in the same saved jobs (one run), so alice is named too; her points all stand
+    assert float(rows["alice"]["verified_score"]) == full(course) and "withheld" not in rows["alice"]["flag_reasons"]
+    assert float(rows["oscar"]["score"]) == full(course) and float(rows["oscar"]["verified_score"]) == 0
+    assert "withheld" in rows["oscar"]["flag_reasons"]

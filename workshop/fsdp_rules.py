@@ -1,0 +1,46 @@
+"""The rules an FSDP practitioner predicts with, as the notebooks' reference answers.
+
+A check compares a student's prediction with these rules, never with the measurement; the run's
+summary then sets the measurement beside both (`local_shapes_per_rank`, `steps`,
+`global_batch_measured`). Each rule is tested against real runs (tests/test_fsdp_exercises.py).
+No torch import: a grader's process can use them without a GPU stack.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+
+def shard0_local_shape(shape: Sequence[int], world_size: int, rank: int) -> tuple[int, ...]:
+    """The local shape of a parameter FSDP2 shards as `Shard(0)` over `world_size` ranks, on `rank`.
+
+    FSDP2 cuts dim 0 with `torch.chunk`: chunks of ceil(rows / world_size) rows, the last chunks
+    shorter or empty. So 1024 rows on 3 ranks are 342, 342, 340, and 4 rows on 3 ranks are 2, 2, 0
+    (rank 2 holds nothing of it, yet still takes part in its all-gather, padded).
+    """
+    if not shape:
+        raise ValueError("a 0-dim parameter has no dim 0 to shard")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is not in a world of {world_size}")
+    rows = shape[0]
+    chunk = math.ceil(rows / world_size)
+    return (max(0, min(chunk, rows - rank * chunk)), *shape[1:])
+
+
+def params_on_rank(shapes: Mapping[str, Sequence[int]], world_size: int, rank: int) -> int:
+    """Parameter elements `rank` holds when every parameter in `shapes` is sharded as `Shard(0)`."""
+    return sum(math.prod(shard0_local_shape(shape, world_size, rank)) for shape in shapes.values())
+
+
+def global_batch(batch_size: int, grad_acc: int, world_size: int) -> int:
+    """Samples per optimizer step: micro-batch x accumulation steps x processes."""
+    return batch_size * grad_acc * world_size
+
+
+def expected_steps(train_size: int, epochs: float, batch_size: int, grad_acc: int, world_size: int) -> int:
+    """Optimizer steps the Trainer takes (transformers' own arithmetic): each rank gets
+    ceil(train_size / (batch_size x world_size)) micro-batches an epoch, every grad_acc of them (and
+    a last, partial group) make a step, and a fractional epoch count is rounded up in steps."""
+    per_epoch = math.ceil(math.ceil(train_size / (batch_size * world_size)) / grad_acc)
+    return math.ceil(epochs * per_epoch)

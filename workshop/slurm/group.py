@@ -1,0 +1,73 @@
+"""A cell's jobs as one: submitted together, watched in one display, waited for and cancelled together.
+
+    from workshop.slurm.group import submit_all
+    jobs = submit_all({"ddp": ("strategies", {"sharding": "ddp"}),
+                       "full_shard": ("strategies", {"sharding": "full_shard"})}, profile="ci")
+    jobs.wait()        # {"ddp": JobState.COMPLETED, "full_shard": JobState.COMPLETED}
+    jobs["ddp"].summary()
+    jobs.cancel()      # every job of the group that has not ended
+
+Every job is checked and rendered before the first one is submitted, so a bad config submits
+nothing; then all go to the queue at once and Slurm (or the local backend's core queue) runs them
+side by side where there is room. Each job keeps its own folder, named by what it runs, so
+running the cell again finds the jobs instead of submitting duplicates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from workshop.config import RunConfig
+from workshop.profiles import Profile, load_profile
+from workshop.slurm.jobs import Job, prepare
+from workshop.slurm.records import JobState
+
+
+class JobGroup(Mapping[str, Job]):
+    """Jobs by name, in the order given."""
+
+    def __init__(self, jobs: Mapping[str, Job]) -> None:
+        self._jobs = dict(jobs)
+
+    def __getitem__(self, name: str) -> Job:
+        return self._jobs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def states(self) -> dict[str, JobState]:
+        return {name: job.state() for name, job in self._jobs.items()}
+
+    def wait(self, timeout: float | None = None, poll: float | None = None, quiet: bool = False) -> dict[str, JobState]:
+        """Until every job has ended (or `timeout` s pass), in one display; each job's last state."""
+        from workshop.slurm.watch import wait_all
+        return wait_all(self._jobs, timeout=timeout, poll=poll, quiet=quiet)
+
+    def cancel(self) -> dict[str, JobState]:
+        """Cancel every job of the group that has not ended; each job's state after."""
+        return {name: job.cancel() for name, job in self._jobs.items()}
+
+    def __repr__(self) -> str:
+        rows = ", ".join(f"{name!r}: {job.job_id} {job.record.state}" for name, job in self._jobs.items())
+        return f"JobGroup({{{rows}}})"
+
+
+Spec = tuple[str, RunConfig | Mapping[str, Any]]
+
+
+def submit_all(specs: Mapping[str, Spec], profile: str | Path | Profile | None = None, *,
+               jobs_dir: str | Path = "jobs", resubmit: bool = False) -> JobGroup:
+    """Submit every (step, config or overrides) of `specs` at once; jobs submitted before are found again."""
+    prof = load_profile(profile)
+    ready = {}
+    for name, (step, settings) in specs.items():
+        if isinstance(settings, RunConfig):
+            ready[name] = prepare(step, settings, prof, resubmit=resubmit, jobs_dir=jobs_dir)
+        else:
+            ready[name] = prepare(step, None, prof, overrides=settings, resubmit=resubmit, jobs_dir=jobs_dir)
+    return JobGroup({name: sub.submit() for name, sub in ready.items()})
