@@ -149,6 +149,9 @@ def terms(profile: Profile, overrides: Mapping[str, Any] | None = None) -> dict[
 def _settings(settings: Any) -> dict[str, Any]:
     if type(settings) is not dict or set(settings) != set(CHOICES):
         raise AssertionError(f"my_settings must be a dict with exactly the keys {', '.join(CHOICES)}")
+    unset = [k for k, v in settings.items() if v is None]
+    if unset:   # None would run the site's defaults: a job the student never chose
+        raise AssertionError(f"my_settings leaves {', '.join(unset)} unset (None): choose a value for each")
     return settings
 
 

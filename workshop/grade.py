@@ -154,13 +154,14 @@ class HideModelAnswers(Preprocessor):
         return nb, resources
 
 
-# One API object per process: building it reads the config and the gradebook's schema.
-_api: Any = None
+# One API object per process and course: building it reads the config and the gradebook's schema.
+# Keyed by the course, so a second course graded in the same process (or in a worker forked from
+# it) never writes into the first one's folders.
+_apis: dict[tuple[Path, Path], Any] = {}
 
 
 def _worker_api(root: Path, db: Path) -> Any:
-    global _api
-    if _api is None:
+    if (root, db) not in _apis:
         from nbgrader.apps import NbGraderAPI
 
         venv_on_path()
@@ -169,8 +170,8 @@ def _worker_api(root: Path, db: Path) -> Any:
 
         config = nbgrader_config(root, root / "notebooks", db)
         config.GenerateFeedback.preprocessors = [HideModelAnswers, GetGrades, CSSHTMLHeaderPreprocessor]
-        _api = NbGraderAPI(config=config)
-    return _api
+        _apis[(root, db)] = NbGraderAPI(config=config)
+    return _apis[(root, db)]
 
 
 def autograde_one(root: Path, db: Path, assignment: str, student: str) -> tuple[bool, str, float]:

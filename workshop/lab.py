@@ -30,8 +30,9 @@ def grading() -> bool:
 
 
 def find_saved(step: str, config: RunConfig, jobs_dir: str | Path, keys: Iterable[str]) -> Any:
-    """The newest saved job of `step` that agrees with `config` on `keys` (the settings the notebook
-    chose), read from where its folder is now.
+    """The saved job of `step` that agrees with `config` on `keys` (the settings the notebook chose),
+    read from where its folder is now: of several, the one closest to `config` on the other settings,
+    then the newest.
 
     Grading runs in a copy of the submission (another folder, maybe another machine, maybe after
     the site profile was edited), so jobs are matched by the settings they saved, not by absolute
@@ -40,7 +41,8 @@ def find_saved(step: str, config: RunConfig, jobs_dir: str | Path, keys: Iterabl
     from workshop.slurm.jobs import Job
     from workshop.slurm.records import JobRecord
 
-    want = {k: v for k, v in config.to_dict().items() if k in set(keys)}
+    full = config.to_dict()
+    want = {k: v for k, v in full.items() if k in set(keys)}
     matches = []
     for record_file in sorted(Path(jobs_dir).glob(f"{step}-*/job.json")):
         folder = record_file.parent
@@ -51,8 +53,12 @@ def find_saved(step: str, config: RunConfig, jobs_dir: str | Path, keys: Iterabl
             continue
         if all(_same_setting(k, saved.get(k), v, folder) for k, v in want.items()):
             record.job_dir = str(folder.resolve())
-            matches.append(Job(record))
-    return max(matches, key=lambda job: job.record.submitted_at or "") if matches else None
+            # among the jobs that agree on the chosen keys, the one that agrees on most of the rest
+            # wins: `find(sharding="full_shard")` is the plain run, not a later challenge job that
+            # also chose full_shard with another batch
+            agreed = sum(saved.get(k) == v for k, v in full.items() if k not in want)
+            matches.append((agreed, record.submitted_at or "", Job(record)))
+    return max(matches, key=lambda m: m[:2])[2] if matches else None
 
 
 def _same_setting(key: str, saved: Any, wanted: Any, folder: Path) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
+import symtable
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -69,22 +70,45 @@ def python_source(source: str) -> str:
         return source
 
 
-def _bound(tree: ast.AST) -> set[str]:
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            out.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)):
-            out.update(node.names)
+def _tables(source: str) -> tuple[symtable.SymbolTable, list[symtable.SymbolTable]] | None:
+    """The cell's module scope and every scope nested in it (functions, lambdas, comprehensions,
+    classes), from Python's own compiler: what a name refers to is decided there, not guessed."""
+    try:
+        top = symtable.symtable(python_source(source), "<cell>", "exec")
+    except (SyntaxError, ValueError):
+        return None
+    nested, stack = [], list(top.get_children())
+    while stack:
+        table = stack.pop()
+        nested.append(table)
+        stack.extend(table.get_children())
+    return top, nested
+
+
+def _bound(source: str) -> set[str]:
+    """Names the cell binds in the notebook's namespace: at module level (assignment, def, class,
+    import, loop target, a walrus in a comprehension) or through `global`. A comprehension's or a
+    lambda's own variables, a function's locals and parameters stay where they are."""
+    tables = _tables(source)
+    if tables is None:
+        return set()
+    top, nested = tables
+    out = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
+    for table in nested:
+        out |= {s.get_name() for s in table.get_symbols() if s.is_declared_global() and s.is_assigned()}
     return out
 
 
-def _read(tree: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+def _read(source: str) -> set[str]:
+    """Names the cell reads from the notebook's namespace, at module level or from a nested scope."""
+    tables = _tables(source)
+    if tables is None:
+        return set()
+    top, nested = tables
+    out = {s.get_name() for s in top.get_symbols() if s.is_referenced()}
+    for table in nested:
+        out |= {s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced()}
+    return out
 
 
 def parse(source: str) -> ast.AST | None:
@@ -96,8 +120,7 @@ def parse(source: str) -> ast.AST | None:
 
 def bound_names(source: str) -> set[str]:
     """Every name a cell binds (assignment, def, class, import, loop target, global)."""
-    tree = parse(source)
-    return _bound(tree) if tree is not None else set()
+    return _bound(source)
 
 
 def protected_names(locked_sources: Iterable[str]) -> set[str]:
@@ -106,12 +129,9 @@ def protected_names(locked_sources: Iterable[str]) -> set[str]:
     bound: set[str] = set()
     free: set[str] = set()
     for source in locked_sources:
-        tree = parse(source)
-        if tree is None:
-            continue
-        here = _bound(tree)
+        here = _bound(source)
         bound |= here
-        free |= _read(tree) - here
+        free |= _read(source) - here
     return bound & free
 
 
@@ -134,13 +154,14 @@ def findings(source: str, protected: set[str], modules: set[str]) -> list[tuple[
     if tree is None:
         return []
     out: list[tuple[int, str]] = []
+    rebound = protected & _bound(source)   # a comprehension's `name` or a function's local is not the test's
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in protected:
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in rebound:
             out.append((line, f"rebinds `{node.id}`, which the test cells use"))
         elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES:
             out.append((line, SUSPECT_NAMES[node.id]))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in protected:
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in rebound:
             out.append((line, f"redefines `{node.name}`, which the test cells use"))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in COMPARISON_DUNDERS:
             out.append((line, f"defines {node.name}: an object that can pass a comparison or lookup it should fail"))
@@ -150,7 +171,7 @@ def findings(source: str, protected: set[str], modules: set[str]) -> list[tuple[
                 if name.split(".")[0] in SUSPECT_MODULES:
                     out.append((line, SUSPECT_MODULES[name.split(".")[0]]))
             for a in node.names:
-                if (a.asname or a.name).split(".")[0] in protected:
+                if (a.asname or a.name).split(".")[0] in rebound:
                     out.append((line, f"rebinds `{(a.asname or a.name).split('.')[0]}` by an import, which the test "
                                       "cells use"))
                 if a.name in SUSPECT_NAMES:

@@ -4,6 +4,7 @@ most once per 10 s): each cell's jobs go to the queue together and run side by s
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime
 from pathlib import Path
@@ -40,14 +41,20 @@ def test_notebook_runs_on_the_cluster(cluster_course: Path, name: str) -> None:
     assert errors == []
     records = list((cluster_course / name / "jobs").glob("*/job.json"))
     assert records
+    ended = {}
     for record in records:
-        text = record.read_text()
-        assert '"backend": "slurm"' in text and '"state": "COMPLETED"' in text
+        saved = json.loads(record.read_text())
+        assert saved["backend"] == "slurm", record
+        stray = json.loads((record.parent / "config.json").read_text()).get("rdzv_endpoint")
+        ended[record.parent.name] = (saved["state"], stray)
+    # notebook 05's diagnosis exercise runs one job with a stray rendezvous endpoint: it alone fails
+    broken = {n: s for n, (s, stray) in ended.items() if stray}
+    assert all(state == "FAILED" for state in broken.values()), ended
+    assert len(broken) == (1 if name == "05_multi_node" else 0), ended
+    assert all(state == "COMPLETED" for n, (state, _) in ended.items() if n not in broken), ended
 
 
 def test_multi_node_jobs_ran_on_both_nodes(cluster_course: Path) -> None:
-    import json
-
     summaries = [json.loads(p.read_text()) for p in (cluster_course / "05_multi_node" / "jobs").glob("*/run/summary.json")]
     two_node = [s for s in summaries if s["nodes"] == 2]
     assert two_node and all(set(s["hosts"]) == {"n1", "n2"} for s in two_node)
@@ -60,19 +67,25 @@ NB03_TODAY_S = float(os.environ.get("WORKSHOP_NB03_TODAY_S", "92"))
 
 
 def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_today(slurm_cluster, cluster_course):
-    import json
-
     folder = cluster_course / "03_sharding_strategies"
-    took = nbformat.read(folder / "03_sharding_strategies.ipynb", as_version=4).metadata.papermill.duration
+    nb = nbformat.read(folder / "03_sharding_strategies.ipynb", as_version=4)
+    # "today" is the notebook before it had the budget challenge (section 4, one more job): leave
+    # that section's cells out of the time, and its job out of the overlap
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    challenge = range(ids.index("nb03-challenge-text"), ids.index("nb03-24-plot-text"))
+    took = nb.metadata.papermill.duration - sum(nb.cells[i].metadata.papermill.duration or 0 for i in challenge)
+    records = sorted((json.loads(r.read_text()) for r in folder.glob("jobs/*/job.json")),
+                     key=lambda saved: saved["submitted_at"])
+    assert len(records) == 6, [r["job_id"] for r in records]
     spans = []
-    for record in folder.glob("jobs/*/job.json"):
-        rec = slurm_cluster.job_record(json.loads(record.read_text())["job_id"], "JobID,State,Start,End")
+    for saved in records[:5]:   # the five strategy jobs; the challenge job is submitted last
+        rec = slurm_cluster.job_record(saved["job_id"], "JobID,State,Start,End")
         assert rec["State"] == "COMPLETED", rec
         spans.append((datetime.fromisoformat(rec["Start"]), datetime.fromisoformat(rec["End"])))
-    assert len(spans) == 5
     # at each job's start, the jobs running: two nodes hold two 2-GPU jobs at once, and they did
     assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) == 2, spans
     overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1]]
     assert len(overlapping) >= 2, spans
-    print(f"notebook 03 on the cluster: {took:.0f} s (today {NB03_TODAY_S:.0f} s), {len(overlapping)} overlapping pairs")
+    print(f"notebook 03 on the cluster, without its challenge section: {took:.0f} s (today {NB03_TODAY_S:.0f} s), "
+          f"{len(overlapping)} overlapping pairs")
     assert took <= 0.6 * NB03_TODAY_S, f"{took:.0f} s > 60 % of {NB03_TODAY_S:.0f} s"
