@@ -18,7 +18,6 @@ import nbformat
 import pytest
 
 from tests.grading import Course, append_to_cell, insert_cell_after
-from workshop.integrity import review
 from workshop.release import assignments
 
 pytestmark = pytest.mark.slow
@@ -38,42 +37,51 @@ def full(course: Course) -> float:
     return sum(course.max_points(A).values())
 
 
-def graded(course: Course, student: str, folder: Path,
-           edit: Callable[[nbformat.NotebookNode], None] | None = None) -> tuple[float, dict]:
-    """nbgrader's total for one submission, and the review's report columns for it."""
-    course.submit(student, A, folder, edit)
-    nbgrader_total = sum(course.autograde(student, A).values())
-    return nbgrader_total, review(course.root, course.db, [A])[(student, A)]
+def grade_the_class(course: Course, assignments: str) -> dict[tuple[str, str], dict]:
+    """The instructor's one command over every submission at once (`workshop.grade`, two at a time):
+    nbgrader's score and the review's columns, by (student, assignment)."""
+    import csv
+
+    from workshop.grade import main
+
+    main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"])
+    rows = csv.DictReader((course.root / "grades.csv").open())
+    return {(r["student"], r["assignment"]): {"score": float(r["score"]), "verified_score": float(r["verified_score"]),
+                                              "flags": int(r["flags"]), "flag_reasons": r["flag_reasons"]}
+            for r in rows}
 
 
 @pytest.fixture(scope="module")
-def course(tmp_path_factory: pytest.TempPathFactory) -> Course:
-    return Course(tmp_path_factory.mktemp("integrity"))
+def genuine(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict]:
+    """alice hands in every executed solution, bob the blank release of 01: a class of its own, so that
+    no one else's copy of the same runs is in it."""
+    course = Course(tmp_path_factory.mktemp("genuine"))
+    for name in assignments():
+        course.submit("alice", name, course_run / name)
+    blank = tmp_path_factory.mktemp("blank") / A
+    blank.mkdir()
+    shutil.copy2(course.generate(A), blank)
+    course.submit("bob", A, blank)
+    return course, grade_the_class(course, ",".join(assignments()))
 
 
 @pytest.mark.parametrize("name", assignments())
-def test_genuine_solution_keeps_full_marks_with_no_flag(course_run: Path, course: Course, name: str) -> None:
-    course.submit("alice", name, course_run / name)
-    score = sum(course.autograde("alice", name).values())
+def test_genuine_solution_keeps_full_marks_with_no_flag(genuine: tuple[Course, dict], name: str) -> None:
+    course, rows = genuine
     total = sum(course.max_points(name).values())
-    assert score == total
-    assert review(course.root, course.db, [name])[("alice", name)] == {"verified_score": total, "flags": 0,
-                                                                      "flag_reasons": ""}
+    assert rows[("alice", name)] == {"score": total, "verified_score": total, "flags": 0, "flag_reasons": ""}
 
 
-def test_blank_release_scores_zero(course: Course, tmp_path: Path) -> None:
-    blank = tmp_path / A
-    blank.mkdir()
-    shutil.copy2(course.generate(A), blank)
-    score, columns = graded(course, "bob", blank)
-    assert score == 0 and columns["verified_score"] == 0
+def test_blank_release_scores_zero(genuine: tuple[Course, dict]) -> None:
+    _, rows = genuine
+    assert rows[("bob", A)]["score"] == 0 and rows[("bob", A)]["verified_score"] == 0
 
 
-def exploit(course: Course, course_run: Path, tmp_path: Path, student: str, cells: list[tuple[str, str]],
-            jobs_edit: Callable[[Path], None] | None = None) -> tuple[float, dict]:
+def exploit_folder(course_run: Path, where: Path, cells: list[tuple[str, str]],
+                   jobs_edit: Callable[[Path], None] | None = None) -> tuple[Path, Callable[[nbformat.NotebookNode], None]]:
     """A submission made from the executed solution: `cells` are (grade id, code), appended to an answer
     cell or inserted after a locked one."""
-    folder = tmp_path / A
+    folder = where / A
     shutil.copytree(course_run / A, folder)
     if jobs_edit is not None:
         jobs_edit(folder / "jobs")
@@ -85,7 +93,7 @@ def exploit(course: Course, course_run: Path, tmp_path: Path, student: str, cell
             else:
                 insert_cell_after(nb, after, code)
 
-    return graded(course, student, folder, edit)
+    return folder, edit
 
 
 def assert_no_points_or_flagged(score: float, columns: dict, *reasons: str) -> None:
@@ -96,30 +104,31 @@ def assert_no_points_or_flagged(score: float, columns: dict, *reasons: str) -> N
         assert re.search(reason, columns["flag_reasons"]), (reason, columns["flag_reasons"])
 
 
-def test_redefined_checker_wins_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+def _edit_log(jobs: Path) -> None:
+    """A faster run typed into the saved log's WORKSHOP_SUMMARY line."""
+    (log,) = jobs.glob("baseline-*/slurm-*.out")
+    lines = log.read_text().splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("WORKSHOP_SUMMARY "):
+            summary = json.loads(line.split(" ", 1)[1])
+            summary["train_samples_per_s"] = round(summary["train_samples_per_s"] * 2, 3)
+            lines[i] = "WORKSHOP_SUMMARY " + json.dumps(summary) + "\n"
+    log.write_text("".join(lines))
+
+
+# One student per exploit: (cells appended or inserted, an edit of the saved jobs)
+EXPLOITS: dict[str, tuple[list[tuple[str, str]], Callable[[Path], None] | None]] = {
     # zero answers; the old checker redefined in an answer cell, the new one in a cell slipped in
     # after the locked cell that imports it: nbgrader's kernel passes every test
-    score, columns = exploit(course, course_run, tmp_path, "mallory", [
-        *ZERO, (FIRST, "def check(*args, **kwargs):\n    pass"),
-        ("nb01-mask-unseen", "class checks:\n    number = value = holds = staticmethod(lambda *a, **k: None)"),
-    ])
-    assert score == full(course)   # the exploit works in nbgrader's kernel ...
-    assert_no_points_or_flagged(score, columns, "redefines `checks`", r"withheld: .*no answer was recorded")
-
-
-def test_patched_workshop_modules_win_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
-    score, columns = exploit(course, course_run, tmp_path, "oscar", [*ZERO, (FIRST, """
+    "mallory": ([*ZERO, (FIRST, "def check(*args, **kwargs):\n    pass"),
+                 ("nb01-mask-unseen", "class checks:\n    number = value = holds = staticmethod(lambda *a, **k: None)")],
+                None),
+    "oscar": ([*ZERO, (FIRST, """
 import workshop.lab, workshop.checks
 workshop.lab.check = lambda *a, **k: None
-workshop.checks.number = workshop.checks.value = workshop.checks.holds = lambda *a, **k: None""")])
-    assert score == full(course)
-    assert_no_points_or_flagged(score, columns, r"assigns `workshop\.lab\.check`",
-                                r"assigns `workshop\.checks\.number`", "withheld")
-
-
-def test_answer_equal_to_anything_wins_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+workshop.checks.number = workshop.checks.value = workshop.checks.holds = lambda *a, **k: None""")], None),
     # jupyter/nbgrader#1379: an answer whose comparisons are always true
-    score, columns = exploit(course, course_run, tmp_path, "trudy", [(FIRST, """
+    "trudy": ([(FIRST, """
 class Anything(float):
     def __eq__(self, other): return True
     def __le__(self, other): return True
@@ -129,72 +138,85 @@ class Anything(float):
     def __abs__(self): return 0.0
 def encode(tok, example, max_length):
     return Anything(0.0)"""),
-        ("nb01-predict", "bytes_per_param = Anything(0.0)\nbloom_560m_state_gb = Anything(0.0)"),
-        ("nb01-13-baseline-table", "baseline = {k: Anything(0.0) for k in baseline}"),
-        ("nb01-epoch-answer", "squad_epoch_hours = Anything(0.0)")])
-    assert score == 0
-    assert_no_points_or_flagged(score, columns, "defines __eq__")
-
-
-def test_silenced_tracebacks_win_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
+               ("nb01-predict", "bytes_per_param = Anything(0.0)\nbloom_560m_state_gb = Anything(0.0)"),
+               ("nb01-13-baseline-table", "baseline = {k: Anything(0.0) for k in baseline}"),
+               ("nb01-epoch-answer", "squad_epoch_hours = Anything(0.0)")], None),
     # jupyter/nbgrader#1324: failing tests that leave no error output look passed to nbgrader
-    score, columns = exploit(course, course_run, tmp_path, "eve", [*ZERO, (FIRST, """
+    "eve": ([*ZERO, (FIRST, """
 import os, sys, IPython
 IPython.core.interactiveshell.InteractiveShell.showtraceback = lambda *a, **k: None   # as in nbgrader#1324
 sys.stderr = open(os.devnull, "w")
 get_ipython().showtraceback = lambda *a, **k: None
-get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")])
-    assert_no_points_or_flagged(score, columns, "showtraceback", "sys.stderr", "exception handler")
-
-
-def test_edited_saved_log_wins_nothing(course_run: Path, course: Course, tmp_path: Path) -> None:
-    def edit_log(jobs: Path) -> None:
-        (log,) = jobs.glob("baseline-*/slurm-*.out")
-        lines = log.read_text().splitlines(keepends=True)
-        for i, line in enumerate(lines):
-            if line.startswith("WORKSHOP_SUMMARY "):
-                summary = json.loads(line.split(" ", 1)[1])
-                summary["train_samples_per_s"] = round(summary["train_samples_per_s"] * 2, 3)   # a faster run
-                lines[i] = "WORKSHOP_SUMMARY " + json.dumps(summary) + "\n"
-        log.write_text("".join(lines))
-
+get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")], None),
     # the answers are read from the table of the edited log: nbgrader's kernel agrees with them
-    score, columns = exploit(course, course_run, tmp_path, "frank", [], jobs_edit=edit_log)
-    assert score == full(course)
+    "frank": ([], _edit_log),
+    # alice's own run, handed in by grace as well: her notebook, alice's jobs
+    "alice": ([], None),
+    "grace": ([], None),
+}
+
+
+@pytest.fixture(scope="module")
+def exploits(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict]:
+    """Every exploit above handed in to one class, graded by the instructor's one command."""
+    course = Course(tmp_path_factory.mktemp("exploits"))
+    for student, (cells, jobs_edit) in EXPLOITS.items():
+        folder, edit = exploit_folder(course_run, tmp_path_factory.mktemp(student), cells, jobs_edit)
+        course.submit(student, A, folder, edit)
+    return course, {student: row for (student, _), row in grade_the_class(course, A).items()}
+
+
+def test_redefined_checker_wins_nothing(exploits: tuple[Course, dict]) -> None:
+    course, rows = exploits
+    columns = rows["mallory"]
+    assert columns["score"] == full(course)   # the exploit works in nbgrader's kernel ...
+    assert_no_points_or_flagged(columns["score"], columns, "redefines `checks`", r"withheld: .*no answer was recorded")
+
+
+def test_patched_workshop_modules_win_nothing(exploits: tuple[Course, dict]) -> None:
+    course, rows = exploits
+    columns = rows["oscar"]
+    assert columns["score"] == full(course)
+    assert_no_points_or_flagged(columns["score"], columns, r"assigns `workshop\.lab\.check`",
+                                r"assigns `workshop\.checks\.number`", "withheld")
+
+
+def test_answer_equal_to_anything_wins_nothing(exploits: tuple[Course, dict]) -> None:
+    columns = exploits[1]["trudy"]
+    assert columns["score"] == 0
+    assert_no_points_or_flagged(columns["score"], columns, "defines __eq__")
+
+
+def test_silenced_tracebacks_win_nothing(exploits: tuple[Course, dict]) -> None:
+    columns = exploits[1]["eve"]
+    assert_no_points_or_flagged(columns["score"], columns, "showtraceback", "sys.stderr", "exception handler")
+
+
+def test_edited_saved_log_wins_nothing(exploits: tuple[Course, dict]) -> None:
+    course, rows = exploits
+    columns = rows["frank"]
+    assert columns["score"] == full(course)
     # every answer checked against the log is withheld (the two numbers, the epoch's hours); the mask and
     # the model-state arithmetic do not read the log and stand; the flag says why
     log_points = sum(v for k, v in course.max_points(A).items()
                      if k in ("nb01-16-test-final-train-loss", "nb01-18-test-train-samples-per-s", "nb01-test-epoch-hours"))
-    assert log_points == 4 and columns["verified_score"] == score - log_points
+    assert log_points == 4 and columns["verified_score"] == columns["score"] - log_points
     assert_no_points_or_flagged(0, columns, "edited numbers: the log's WORKSHOP_SUMMARY differs",
                                 "withheld: an earlier cell failed: .*edited numbers")
 
 
-def test_copied_log_of_another_student_is_flagged(course_run: Path, course: Course, tmp_path: Path) -> None:
-    # grace hands in alice's folder: her own notebook, alice's jobs. Whoever copied, both are named.
-    graded(course, "alice", course_run / A)
-    score, columns = graded(course, "grace", course_run / A)
+def test_copied_log_of_another_student_is_flagged(exploits: tuple[Course, dict]) -> None:
+    # grace hands in alice's folder: whoever copied, both are named
+    columns = exploits[1]["grace"]
     assert columns["flags"] > 0 and "one run handed in twice" in columns["flag_reasons"]
     assert "alice" in columns["flag_reasons"]
 
 
-def test_grade_report_has_the_review_columns(course_run: Path, tmp_path: Path) -> None:
-    import csv
-
-    from workshop.grade import main
-
-    course = Course(tmp_path / "course")
-    course.submit("alice", A, course_run / A)
-    def oscar(nb: nbformat.NotebookNode) -> None:
-        for cell, code in [*ZERO, (FIRST, """
-import workshop.checks
-workshop.checks.number = workshop.checks.value = workshop.checks.holds = lambda *a, **k: None""")]:
-            append_to_cell(nb, cell, code)
-
-    course.submit("oscar", A, course_run / A, oscar)
-    assert main(["--root", str(course.root), "--assignments", A]) == 0
-    rows = {r["student"]: r for r in csv.DictReader((course.root / "grades.csv").open())}
-    # both hand in the same saved jobs (one run), so alice is named too; her points all stand
-    assert float(rows["alice"]["verified_score"]) == full(course) and "withheld" not in rows["alice"]["flag_reasons"]
-    assert float(rows["oscar"]["score"]) == full(course) and float(rows["oscar"]["verified_score"]) == 0
+def test_grade_report_has_the_review_columns(exploits: tuple[Course, dict]) -> None:
+    course, rows = exploits
+    # alice shares her saved jobs with grace (and the exploits made from the same run), so she is
+    # named too; her points all stand. oscar's patched checkers won everything in nbgrader's kernel:
+    # the report keeps that score and withholds it.
+    assert rows["alice"]["verified_score"] == full(course) and "withheld" not in rows["alice"]["flag_reasons"]
+    assert rows["oscar"]["score"] == full(course) and rows["oscar"]["verified_score"] == 0
     assert "withheld" in rows["oscar"]["flag_reasons"]
