@@ -88,3 +88,23 @@ def insert_cell_after(nb: nbformat.NotebookNode, grade_id: str, source: str) -> 
             nb.cells.insert(i + 1, nbformat.v4.new_code_cell(source))
             return
     raise KeyError(grade_id)
+
+
+def grade_the_class(course: Course, assignments: str) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], dict]]:
+    """The instructor's one command over every submission at once (`workshop.grade`, two at a time).
+
+    By (student, assignment): grades.csv's row (nbgrader's score and the review's columns), and the
+    auto-graded score of each test cell (grade_cells.csv), as `Course.autograde` returns it."""
+    import csv
+
+    from workshop.grade import main
+
+    assert main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"]) == 0
+    rows = {(r["student"], r["assignment"]): {"score": float(r["score"]), "verified_score": float(r["verified_score"]),
+                                              "flags": int(r["flags"]), "flag_reasons": r["flag_reasons"]}
+            for r in csv.DictReader((course.root / "grades.csv").open())}
+    cells: dict[tuple[str, str], dict] = {}
+    for r in csv.DictReader((course.root / "grade_cells.csv").open()):
+        if r["cell_type"] == "code" and r["auto_score"] not in ("", "None"):
+            cells.setdefault((r["student"], r["assignment"]), {})[r["cell"]] = float(r["score"])
+    return rows, cells

@@ -17,7 +17,7 @@ from typing import Callable
 import nbformat
 import pytest
 
-from tests.grading import Course, append_to_cell, insert_cell_after
+from tests.grading import Course, append_to_cell, grade_the_class, insert_cell_after
 from workshop.release import assignments
 
 pytestmark = pytest.mark.slow
@@ -37,22 +37,8 @@ def full(course: Course) -> float:
     return sum(course.max_points(A).values())
 
 
-def grade_the_class(course: Course, assignments: str) -> dict[tuple[str, str], dict]:
-    """The instructor's one command over every submission at once (`workshop.grade`, two at a time):
-    nbgrader's score and the review's columns, by (student, assignment)."""
-    import csv
-
-    from workshop.grade import main
-
-    main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"])
-    rows = csv.DictReader((course.root / "grades.csv").open())
-    return {(r["student"], r["assignment"]): {"score": float(r["score"]), "verified_score": float(r["verified_score"]),
-                                              "flags": int(r["flags"]), "flag_reasons": r["flag_reasons"]}
-            for r in rows}
-
-
 @pytest.fixture(scope="module")
-def genuine(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict]:
+def genuine(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, tuple]:
     """alice hands in every executed solution, bob the blank release of 01: a class of its own, so that
     no one else's copy of the same runs is in it."""
     course = Course(tmp_path_factory.mktemp("genuine"))
@@ -66,14 +52,16 @@ def genuine(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple
 
 
 @pytest.mark.parametrize("name", assignments())
-def test_genuine_solution_keeps_full_marks_with_no_flag(genuine: tuple[Course, dict], name: str) -> None:
-    course, rows = genuine
+def test_genuine_solution_keeps_full_marks_with_no_flag(genuine: tuple[Course, tuple], name: str) -> None:
+    """The executed solution earns every point of every test cell, and the review agrees."""
+    course, (rows, cells) = genuine
+    assert cells[("alice", name)] == course.max_points(name)
     total = sum(course.max_points(name).values())
     assert rows[("alice", name)] == {"score": total, "verified_score": total, "flags": 0, "flag_reasons": ""}
 
 
-def test_blank_release_scores_zero(genuine: tuple[Course, dict]) -> None:
-    _, rows = genuine
+def test_blank_release_scores_zero(genuine: tuple[Course, tuple]) -> None:
+    _, (rows, _) = genuine
     assert rows[("bob", A)]["score"] == 0 and rows[("bob", A)]["verified_score"] == 0
 
 
@@ -163,7 +151,7 @@ def exploits(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     for student, (cells, jobs_edit) in EXPLOITS.items():
         folder, edit = exploit_folder(course_run, tmp_path_factory.mktemp(student), cells, jobs_edit)
         course.submit(student, A, folder, edit)
-    return course, {student: row for (student, _), row in grade_the_class(course, A).items()}
+    return course, {student: row for (student, _), row in grade_the_class(course, A)[0].items()}
 
 
 def test_redefined_checker_wins_nothing(exploits: tuple[Course, dict]) -> None:

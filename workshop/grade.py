@@ -84,6 +84,16 @@ def known_assignments(db: Path) -> set[str]:
         return {a.name for a in gb.assignments}
 
 
+def enter_students(db: Path, students: set[str]) -> None:
+    """Every student into the gradebook before the workers start: two workers autograding one student's
+    two assignments would otherwise both create the student, and the second fails on the unique name."""
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{db}") as gb:
+        for student in sorted(students):
+            gb.update_or_create_student(student)
+
+
 def useful_line(result: dict[str, Any]) -> str:
     """nbgrader's reason for a failed autograde: its log's error lines (its `error` is a generic traceback)."""
     log = str(result.get("log") or "")
@@ -178,9 +188,10 @@ def autograde_one(root: Path, db: Path, assignment: str, student: str) -> tuple[
     """Autograde one submission (in a worker process): ok, nbgrader's reason when not, seconds taken."""
     t0 = time.perf_counter()
     api = _worker_api(root, db)
-    for attempt in range(3):   # sqlite allows one writer: a worker may find the gradebook busy
+    for attempt in range(4):   # sqlite allows one writer: a worker may find the gradebook busy
         result = api.autograde(assignment, student, force=True, create=True)
-        if result["success"] or "database is locked" not in str(result.get("log", "")) + str(result.get("error", "")):
+        said = str(result.get("log", "")) + str(result.get("error", ""))
+        if result["success"] or not any(busy in said for busy in ("database is locked", "UNIQUE constraint failed")):
             break
         time.sleep(0.5 * (attempt + 1))
     return bool(result["success"]), "" if result["success"] else useful_line(result), time.perf_counter() - t0
@@ -294,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sub.student}/{sub.assignment}: {line}", flush=True)
     ready = [s for s in subs if not s.error]
     if ready and not args.skip_autograde:
+        enter_students(db, {s.student for s in ready})
         run_all(autograde_one, ready, root, db, args.jobs, "autograde")
     ready = [s for s in ready if not s.error]
     if not args.skip_autograde:
