@@ -9,6 +9,10 @@ import pytest
 
 from tests.runs import RunCache
 
+# a cell with no reply from its kernel for this long is a lost message, not work (workshop.course):
+# the longest cell of the course takes about a minute here
+CELL_TIMEOUT_S = 240
+
 
 @pytest.fixture(scope="session")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
@@ -23,5 +27,6 @@ def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("course") / "results"
     # WORKSHOP_TEST_ONLY=02 runs just that notebook, for work on one notebook (select its tests with -k)
     only = os.environ.get("WORKSHOP_TEST_ONLY", "")
-    assert main(["--output", str(out), "--profile", "local", *(["--only", only] if only else [])]) == 0
+    assert main(["--output", str(out), "--profile", "local", "--cell-timeout", str(CELL_TIMEOUT_S),
+                 *(["--only", only] if only else [])]) == 0
     return out

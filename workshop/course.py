@@ -24,18 +24,41 @@ from typing import Any
 from workshop.release import REPO, assignments, venv_on_path
 
 
-def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output: bool = False) -> Path:
-    """Execute solutions/<name>/<name>.ipynb in output/<name>/ and return the executed notebook."""
+def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output: bool = False,
+                 cell_timeout: float | None = None, source: Path | None = None) -> Path:
+    """Execute solutions/<name>/<name>.ipynb (or source/<name>.ipynb) in output/<name>/ and return the
+    executed notebook.
+
+    With `cell_timeout`, a cell that gets no reply from its kernel for that long is taken for a hang
+    and the notebook runs once more in the same folder. About one notebook execution in a few dozen
+    here, a cell's execute_reply never reached papermill although the kernel had finished and sat
+    idle (nteract/papermill#711, jupyter/jupyter_client#922): without a limit it waits forever. The
+    second run finds every job the first one submitted (a re-run cell never resubmits), so nothing
+    runs twice; the notebook's metadata says that it was run again."""
+    import nbformat
     import papermill
 
-    src = REPO / "solutions" / name
+    src = source or REPO / "solutions" / name
     work = output / name
     if work.exists():
         shutil.rmtree(work)
     shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "jobs", "tables", "plots"))
     notebook = work / f"{name}.ipynb"
-    papermill.execute_notebook(str(notebook), str(notebook), parameters=parameters, kernel_name="python3",
-                               cwd=str(work), progress_bar=False, log_output=log_output)
+    for attempt in (1, 2):
+        try:
+            papermill.execute_notebook(str(src / f"{name}.ipynb"), str(notebook), parameters=parameters,
+                                       kernel_name="python3", cwd=str(work), progress_bar=False,
+                                       log_output=log_output, execution_timeout=cell_timeout)
+            break
+        except TimeoutError:   # nbclient's CellTimeoutError
+            if attempt == 2:
+                raise
+            print(f"  {name}: a cell had no reply from its kernel for {cell_timeout:g} s; running the notebook "
+                  "again (its jobs are found, not resubmitted)", flush=True)
+    if attempt == 2:
+        nb = nbformat.read(notebook, as_version=4)
+        nb.metadata.setdefault("workshop", {})["run_again_after_a_hung_cell"] = True
+        nbformat.write(nb, notebook)
     return notebook
 
 
@@ -59,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", default="{}",
                         help='JSON run settings for every job, e.g. \'{"epochs": 1}\'')
     parser.add_argument("--log-output", action="store_true", help="stream each cell's output")
+    parser.add_argument("--cell-timeout", type=float, default=None, metavar="S",
+                        help="a cell without a reply from its kernel for S seconds is a hang: the notebook runs "
+                             "once more (default: no limit, as a cell may wait in a real queue for hours)")
     parser.add_argument("--parallel", type=int, default=1, metavar="N",
                         help="notebooks executed at the same time (default 1: one after another)")
     args = parser.parse_args(argv)
@@ -82,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(names)}] {name}: running on profile {args.profile!r} ...", flush=True)
         t0 = time.perf_counter()
         try:
-            notebook = run_notebook(name, output, parameters, args.log_output)
+            notebook = run_notebook(name, output, parameters, args.log_output, args.cell_timeout)
         except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
             print(f"[{i}/{len(names)}] {name}: FAILED after {time.perf_counter() - t0:.0f} s\n{e}", flush=True)
             print(f"  the partly executed notebook is {output / name / (name + '.ipynb')}", file=sys.stderr)

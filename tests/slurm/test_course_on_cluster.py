@@ -12,6 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.conftest import CELL_TIMEOUT_S
 from workshop.release import assignments
 
 pytestmark = pytest.mark.slurm
@@ -27,7 +28,7 @@ def cluster_course(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> P
     os.environ.pop("WORKSHOP_SLURM_MIN_POLL_S", None)
     out = slurm_cluster.shared / f"course-{os.getpid()}"
     try:
-        assert main(["--output", str(out), "--profile", "ci"]) == 0
+        assert main(["--output", str(out), "--profile", "ci", "--cell-timeout", str(CELL_TIMEOUT_S)]) == 0
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
@@ -69,6 +70,7 @@ NB03_TODAY_S = float(os.environ.get("WORKSHOP_NB03_TODAY_S", "92"))
 def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_today(slurm_cluster, cluster_course):
     folder = cluster_course / "03_sharding_strategies"
     nb = nbformat.read(folder / "03_sharding_strategies.ipynb", as_version=4)
+    run_again = nb.metadata.get("workshop", {}).get("run_again_after_a_hung_cell", False)
     # "today" is the notebook before it had the budget challenge (section 4, one more job): leave
     # that section's cells out of the time, and its job out of the overlap
     ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
@@ -88,4 +90,7 @@ def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_tod
     assert len(overlapping) >= 2, spans
     print(f"notebook 03 on the cluster, without its challenge section: {took:.0f} s (today {NB03_TODAY_S:.0f} s), "
           f"{len(overlapping)} overlapping pairs")
+    if run_again:
+        pytest.skip("notebook 03 ran twice (a cell's reply was lost, see workshop.course): its wall time is "
+                    "the second run's, which found its jobs done, so it says nothing (the overlap passed)")
     assert took <= 0.6 * NB03_TODAY_S, f"{took:.0f} s > 60 % of {NB03_TODAY_S:.0f} s"
