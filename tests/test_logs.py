@@ -126,6 +126,18 @@ def test_bad_json_lines_are_reported_not_raised() -> None:
     assert log.bad_lines == [1, 2] and log.summary is None
 
 
+def test_a_line_another_node_spliced_into_ours_keeps_our_record(tmp_path) -> None:
+    """Seen in a two-node job: the other node's Trainer dict written between our JSON and its newline."""
+    from workshop.verify import read_log
+
+    record = {"kind": "train", "step": 4, "loss": 6.81, "samples_per_s": 51.2}
+    text = ("[job] id 4 name x nodes 2: a,b\n"
+            f"WORKSHOP_METRICS {json.dumps(record)}{{'loss': '6.814', 'epoch': '0.6667'}}\n\n")
+    assert [m.data for m in parse_text(text).metrics] == [record]
+    (tmp_path / "job.out").write_text(text)
+    assert read_log(tmp_path / "job.out").metrics == [record]
+
+
 # ---------------------------------------------------------------------------------------- robustness
 
 _REAL = REAL_LOG.read_text()

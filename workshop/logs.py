@@ -445,7 +445,7 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
         once_only = next(((marker, pattern, attr) for marker, pattern, attr in _ONCE_LINES if marker in t), None)
         if once_only is not None:
             m = once_only[1].search(t)
-            obj = _json_obj(m.group(1)) if m else None
+            obj = json_obj(m.group(1)) if m else None
             if obj is None:
                 log.bad_lines.append(line.lineno)
             else:
@@ -453,7 +453,7 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
             continue
         if "WORKSHOP_METRICS" in t:
             m = _METRICS.search(t)
-            obj = _json_obj(m.group(1)) if m else None
+            obj = json_obj(m.group(1)) if m else None
             if obj is None:
                 log.bad_lines.append(line.lineno)
             elif once(("metrics", json.dumps(obj, sort_keys=True, default=str))):
@@ -543,9 +543,11 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
     return log
 
 
-def _json_obj(text: str) -> dict[str, Any] | None:
+def json_obj(text: str) -> dict[str, Any] | None:
+    """The JSON object at the start of `text`, None if there is none. What follows it is ignored: a
+    line another process wrote into the middle of ours (before our newline) must not lose our record."""
     try:
-        obj = json.loads(text)
+        obj, _ = json.JSONDecoder().raw_decode(text.lstrip())
     except (ValueError, RecursionError):
         return None
     return obj if isinstance(obj, dict) else None
@@ -598,7 +600,7 @@ def read_run_dir(path: str | Path) -> ParsedLog:
     if mpath.is_file():
         recs: list[MetricRecord] = []
         for i, line in enumerate(mpath.read_text(errors="replace").splitlines(), start=1):
-            obj = _json_obj(line.strip()) if line.strip() else None
+            obj = json_obj(line.strip()) if line.strip() else None
             if obj is None:
                 if line.strip():
                     log.bad_lines.append(i)
@@ -613,7 +615,7 @@ def read_run_dir(path: str | Path) -> ParsedLog:
 def _read_json(p: Path) -> dict[str, Any] | None:
     if not p.is_file():
         return None
-    return _json_obj(p.read_text(errors="replace"))
+    return json_obj(p.read_text(errors="replace"))
 
 
 def load(source: str | Path | ParsedLog) -> ParsedLog:

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from workshop.run_record import say
+
 # Dense (no structured sparsity) peak TFLOP/s by the name torch.cuda.get_device_name() reports, most
 # specific pattern first: an H100 PCIe or NVL is not an SXM, an A10G is not an A10. Sources, NVIDIA's
 # data sheets (they print sparse figures with a *; the dense figure is half):
@@ -184,7 +186,7 @@ class MetricsCallback(TrainerCallback):
             return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        print("WORKSHOP_METRICS " + json.dumps(record), flush=True)
+        say("WORKSHOP_METRICS " + json.dumps(record))
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         logs = logs or {}
@@ -227,9 +229,9 @@ class MetricsCallback(TrainerCallback):
             self._emit(record)
             if self.is_main:
                 mfu = f"{record['mfu']:.1%}" if record["mfu"] is not None else "n/a"
-                print(f"[workshop] step {state.global_step}/{state.max_steps} | loss {record['loss']:.4f} | "
-                      f"{record['samples_per_s']} samples/s | {record['tokens_per_s']:.0f} tok/s | "
-                      f"{mem_text(record['peak_mem_mb'])} | rss {rss:.0f} MB | mfu {mfu}", flush=True)
+                say(f"[workshop] step {state.global_step}/{state.max_steps} | loss {record['loss']:.4f} | "
+                    f"{record['samples_per_s']} samples/s | {record['tokens_per_s']:.0f} tok/s | "
+                    f"{mem_text(record['peak_mem_mb'])} | rss {rss:.0f} MB | mfu {mfu}")
         elif "eval_loss" in logs:
             self._emit({"kind": "eval", "step": state.global_step, "epoch": round(state.epoch or 0.0, 4),
                         "eval_loss": float(logs["eval_loss"]),

@@ -8,6 +8,7 @@ import os
 import platform
 import socket
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,17 @@ from typing import Any
 from workshop.config import RunConfig
 
 PACKAGES = ("torch", "transformers", "accelerate", "datasets", "tokenizers", "wandb", "fsdp-workshop")
+
+
+def say(line: str) -> None:
+    """Write one whole log line in a single write.
+
+    `print(text, flush=True)` writes the text and its newline separately when stdout is unbuffered
+    (`python -u`, as torchrun's workers run): on a multi-node job, another node's process writing the
+    Trainer's log dict into the same job log between the two was seen to splice onto a
+    `WORKSHOP_METRICS {...}` line. One write of the line with its newline keeps it whole."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def node_name() -> str:

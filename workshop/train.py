@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
 from workshop.config import ConfigError, RunConfig, add_config_arguments, config_from_args, read_file
+from workshop.run_record import say
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -245,7 +246,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         if resume_from:
             record["resumed_from"] = {"checkpoint": resume_from[0].name, "step": resume_from[1]}
         run_record.write_json(out / "run_args.json", record)
-        print("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str), flush=True)
+        say("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str))
         print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
               f"device {device.type}, precision {cfg.precision}, model {cfg.model}", flush=True)
 
@@ -348,7 +349,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config), **batch_figures)
     if is_main:
         run_record.write_json(out / "summary.json", summary)
-        print("WORKSHOP_SUMMARY " + json.dumps(summary), flush=True)
+        say("WORKSHOP_SUMMARY " + json.dumps(summary))
         seal(out)
     # Release the wrapped model (and any gloo work it still references) while the interpreter is
     # fully alive: freed during interpreter shutdown instead, gloo's worker threads can abort the
@@ -408,7 +409,7 @@ def seal(out: Path) -> dict[str, Any]:
     sealed = verify.digest(os.environ.get("SLURM_JOB_ID", ""), summary, verify.read_metrics(out / "metrics.jsonl"),
                            os.environ.get(verify.KEY_ENV) or None)
     (out / "digest.json").write_text(json.dumps(sealed, indent=1) + "\n")
-    print("WORKSHOP_DIGEST " + json.dumps(sealed), flush=True)
+    say("WORKSHOP_DIGEST " + json.dumps(sealed))
     return sealed
 
 
@@ -421,7 +422,7 @@ def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
     info = {"status": "checkpointed", "step": step, "checkpoint": str(out / f"checkpoint-{step}"),
             "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
     if is_main:
-        print("WORKSHOP_CHECKPOINT " + json.dumps(info), flush=True)
+        say("WORKSHOP_CHECKPOINT " + json.dumps(info))
         if os.environ.get("WORKSHOP_STOPPED_FILE"):
             Path(os.environ["WORKSHOP_STOPPED_FILE"]).write_text(json.dumps(info) + "\n")
     if dist.is_initialized():

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from workshop.logs import json_obj
+
 KEY_ENV = "WORKSHOP_DIGEST_KEY"
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
 LOCAL_SKEW_S = 5.0          # local jobs: submission and log share one clock (a pending job may start late)
@@ -119,11 +121,11 @@ def read_log(path: Path) -> LogFacts:
         elif line.startswith("[job] end "):
             facts.end = _time(line.split()[2])
         elif line.startswith("WORKSHOP_SUMMARY "):
-            facts.summary = json.loads(line.split(" ", 1)[1])
+            facts.summary = json_obj(line.split(" ", 1)[1])
         elif line.startswith("WORKSHOP_DIGEST "):
-            facts.digest = json.loads(line.split(" ", 1)[1])
-        elif line.startswith("WORKSHOP_METRICS "):
-            facts.metrics.append(json.loads(line.split(" ", 1)[1]))
+            facts.digest = json_obj(line.split(" ", 1)[1])
+        elif line.startswith("WORKSHOP_METRICS ") and (record := json_obj(line.split(" ", 1)[1])) is not None:
+            facts.metrics.append(record)
     return facts
 
 
