@@ -43,7 +43,8 @@ def line_with(lines: list[str], marker: str) -> str:
     return found[0]
 
 
-def sh(line: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def sh(line: str, cwd: Path, env: dict[str, str] | None = None,
+       timeout: float = 300) -> subprocess.CompletedProcess[str]:
     """A documented line typed at a shell, the course's environment first on PATH."""
     env = {**clean_env(), **(env or {})}
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env['PATH']}"

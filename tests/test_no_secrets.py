@@ -76,7 +76,8 @@ def test_the_offline_run_is_a_real_wandb_run(wandb_run: tuple[Path, subprocess.C
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
 
 
-def test_the_guides_dry_run_sync_lists_the_run_offline(wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_the_guides_dry_run_sync_lists_the_run_offline(
+        wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     """`wandb sync --dry-run` as the guide writes it, without network: it names the offline run to upload.
     `wandb login` and the real `wandb sync -p ...` need W&B's server: no test runs them (the guide says so)."""
     out, _ = wandb_run
