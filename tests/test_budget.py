@@ -3,6 +3,9 @@ the instructor-run mode hands students the instructor's costly jobs as if they w
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -76,3 +79,63 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
                    jobs_dir=tmp_path / "student" / "jobs")
     assert cheap.job_dir.parent == tmp_path / "student" / "jobs" and not cheap.job_dir.is_symlink()  # own job
     cheap.wait(timeout=180, poll=0.2)
+
+
+def guide_command(marker: str) -> str:
+    """The `python -m workshop.budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
+    part = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
+    found = re.findall(r"`(python -m workshop\.budget [^`]*)`", part)
+    return next(c for c in found if marker in c)
+
+
+def run_as_written(command: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """A guide's command line, typed in the course root with the course's environment first on PATH."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("WORKSHOP_", "SLURM_"))}
+    clean.update(PATH=f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", **env)
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, env=clean, capture_output=True, text=True, timeout=300)
+
+
+def test_the_guides_budget_command_prints_the_guides_table() -> None:
+    command = guide_command("--students")
+    assert command == "python -m workshop.budget --profile example-hpc --students 20"
+    proc = run_as_written(command)
+    assert proc.returncode == 0, proc.stderr
+    assert markdown(SITE, 20) in proc.stdout and markdown(SITE, 20) in (ROOT / "docs/instructor.md").read_text()
+
+
+def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path: Path) -> None:
+    """`python -m workshop.budget --profile <site> --instructor-run` as the guide writes it, <site> being a
+    copy of the local profile with a [course] table: it submits every costly job (on the local backend the
+    2-node jobs of 05) into instructor_jobs, a second run finds them, and a student's cell is handed the
+    instructor's folder. The jobs are cancelled once submitted: that they run and are read as the student's
+    own is test_instructor_run_mode_gives_students_the_instructors_job's."""
+    from workshop.budget import is_costly
+    from workshop.slurm import Job, submit
+    from workshop.slurm.steps import step_config
+
+    command = guide_command("--instructor-run")
+    assert command == "python -m workshop.budget --profile <site> --instructor-run"
+    shared = tmp_path / "instructor-jobs"
+    profile = tmp_path / "site.toml"
+    profile.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "site"')
+                       + f'\n[course]\ninstructor_jobs = "{shared}"\ninstructor_min_gpus = 8\n')
+    site = load_profile(profile)
+    expected = [c for c in costs(site) if c.costly]
+    assert len(expected) == 5 and all(c.nodes == 2 for c in expected)     # the 2-node jobs of notebook 05
+    try:
+        first = run_as_written(command.replace("<site>", str(profile)))
+        assert first.returncode == 0, first.stderr
+        lines = [line.split("\t") for line in first.stdout.splitlines()]
+        assert len(lines) == len(expected) and all(Path(folder).parent == shared for _, folder in lines), first.stdout
+        assert sorted(p.name for p in shared.glob("*/job.json")) == ["job.json"] * len(expected)
+        again = run_as_written(command.replace("<site>", str(profile)))
+        assert again.returncode == 0 and again.stdout == first.stdout, again.stdout     # found, not queued twice
+        # a student's cell asking for the 2-node hybrid run gets the instructor's job, linked into jobs/
+        spec = dict(step="multi_node", nodes=2, procs_per_node=2, sharding="hybrid_shard", hybrid_replicas=2)
+        assert is_costly(step_config(spec.pop("step"), site, spec), site)
+        mine = submit("multi_node", profile=profile, overrides=spec, jobs_dir=tmp_path / "student" / "jobs")
+        assert mine.job_dir.parent == shared and [mine.job_id, str(mine.job_dir)] in lines
+        assert (tmp_path / "student" / "jobs" / mine.job_dir.name).is_symlink()
+    finally:
+        for record in shared.glob("*/job.json"):
+            Job.load(record.parent).cancel()

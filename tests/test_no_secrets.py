@@ -39,18 +39,33 @@ def _files_with_key(folder: Path) -> list[str]:
             and _leaks(p.read_bytes())]
 
 
+def student_guide_lines() -> list[str]:
+    """docs/student.md's W&B command lines: the run by hand (inline) and the ```bash block's lines."""
+    guide = (ROOT / "docs" / "student.md").read_text().split("## Weights & Biases", 1)[1]
+    block = guide.split("```bash", 1)[1].split("```", 1)[0]
+    return re.findall(r"`(workshop train [^`]*)`", guide) + [ln.split("  #", 1)[0].strip() for ln in block.splitlines()
+                                                             if ln.strip()]
+
+
+def guide_shell(line: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """A line of the guide typed in `cwd`, the course's environment first on PATH, the fake key set."""
+    full = dict(os.environ, WANDB_API_KEY=FAKE_KEY, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
+                HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", **env)
+    full.pop("WANDB_MODE", None)           # the run's own --wandb flag decides
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=full, capture_output=True, text=True, timeout=300)
+
+
 @pytest.fixture(scope="module")
 def wandb_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """One real offline W&B run with the fake key set, as a student's environment would have it."""
-    out = tmp_path_factory.mktemp("wandb-run") / "run"
-    env = dict(os.environ, WANDB_API_KEY=FAKE_KEY, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               HF_HUB_OFFLINE="1")
-    env.pop("WANDB_MODE", None)           # the run's own --wandb flag decides
-    proc = subprocess.run([sys.executable, "-m", "workshop.train", "--wandb", "offline", "--epochs", "1",
-                           "--train-size", "8", "--eval-size", "4", "--no-eval-generate", "--output-dir", str(out)],
-                          env=env, capture_output=True, text=True, timeout=300)
+    """One real offline W&B run with the fake key set, as a student's environment would have it: the
+    student guide's run by hand, as written, with DIR a folder where a job's would be (jobs/<name>/), so
+    that the guide's sync line finds it. Small through the seed's variables (TRAIN_SIZE, EVAL_SIZE)."""
+    line = student_guide_lines()[0]
+    assert line == "workshop train --wandb offline --output-dir DIR"
+    course = tmp_path_factory.mktemp("wandb-run")
+    proc = guide_shell(line.replace("DIR", "jobs/by-hand"), course, TRAIN_SIZE="8", EVAL_SIZE="4", NUM_EPOCHS="1")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, proc
+    return course / "jobs" / "by-hand", proc
 
 
 def test_the_offline_run_is_a_real_wandb_run(wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
@@ -59,6 +74,23 @@ def test_the_offline_run_is_a_real_wandb_run(wandb_run: tuple[Path, subprocess.C
     assert len(runs) == 1, f"no offline W&B run under {out / 'wandb'}"
     assert list(runs[0].glob("run-*.wandb")), "the run has no .wandb file for `wandb sync`"
     assert json.loads((out / "summary.json").read_text())["status"] == "completed"
+
+
+def test_the_guides_dry_run_sync_lists_the_run_offline(
+        wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """`wandb sync --dry-run` as the guide writes it, without network: it names the offline run to upload.
+    `wandb login` and the real `wandb sync -p ...` need W&B's server: no test runs them (the guide says so)."""
+    out, _ = wandb_run
+    lines = student_guide_lines()
+    assert lines[1:] == ["conda activate bloom_env", "wandb login",
+                         "wandb sync --dry-run jobs/*/wandb/offline-run-*",
+                         "wandb sync -p fsdp-workshop jobs/*/wandb/offline-run-*"]
+    proc = guide_shell(lines[3], out.parent.parent)
+    assert proc.returncode == 0, proc.stderr
+    run = next((out / "wandb").glob("offline-run-*"))
+    assert "Would sync 1 run(s)" in proc.stdout + proc.stderr
+    assert f"jobs/by-hand/wandb/{run.name}/" in proc.stdout + proc.stderr
+    assert _leaks(proc.stdout + proc.stderr) == []
 
 
 def test_the_key_is_in_none_of_the_runs_files(wandb_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:

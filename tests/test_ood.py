@@ -214,9 +214,13 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
         opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
         page = opener.open(f"http://127.0.0.1:{port}{action}", data=urllib.parse.urlencode(fields).encode(), timeout=20)
         assert page.url.endswith(f"/node/127.0.0.1/{port}/lab"), page.url
-        # no news prompt over the notebook: JupyterLab's page config has news disabled
-        config = json.loads(re.search(r'id="jupyter-config-data"[^>]*>(.*?)</script>', page.read().decode(), re.S).group(1))
-        assert config["news"] == {"disabled": True}
+        # no news prompt over the notebook: JupyterLab's announcements plugin asks whenever the effective
+        # fetchNews is "none" (its default); the session's override makes it "false", as the server reports it
+        notification = json.load(opener.open(f"{base}/lab/api/settings/@jupyterlab/apputils-extension:notification",
+                                             timeout=20))
+        effective = {**{k: v.get("default") for k, v in notification["schema"]["properties"].items()},
+                     **notification["settings"]}
+        assert effective["fetchNews"] == "false" and effective["checkForUpdates"] is False, notification["settings"]
         specs = json.load(opener.open(f"{base}/api/kernelspecs", timeout=20))
         assert specs["default"] == "fsdp-workshop"
         spec = specs["kernelspecs"]["fsdp-workshop"]["spec"]

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from workshop import checks
+from workshop.budget import instructor_original, instructor_roots_of
 from workshop.scan import Cell, bound_names, protected_names, scan_cells
 from workshop.verify import KEY_ENV, digest, read_log, read_metrics
 
@@ -350,14 +351,17 @@ def review_class(root: Path, db: Path, assignments: list[str]) -> list[Review]:
                 notebooks, why = [], f"not reviewed: {assignment} is not in the gradebook ({type(e).__name__})"
             else:
                 why = ""
-            owners: dict[str, list[tuple[str, str]]] = {}
+            owners: dict[str, list[tuple[str, str, bool]]] = {}
             batch = []
-            for folder in sorted((root / "submitted").glob(f"*/{assignment}")):
+            folders = sorted((root / "submitted").glob(f"*/{assignment}"))
+            instructor = instructor_roots_of(f for folder in folders for f in (folder / "jobs").glob("*/"))
+            for folder in folders:
                 review = Review(folder.parent.name, assignment, reasons=[why] if why else [])
                 for job in sorted((folder / "jobs").glob("*/")):
                     review.reasons += [f"job {job.name}: {p}" for p in seal_problems(job, key)]
                     if (d := run_digest(job)) is not None:
-                        owners.setdefault(d, []).append((review.student, job.name))
+                        owners.setdefault(d, []).append((review.student, job.name,
+                                                         instructor_original(job, instructor) is not None))
                 for notebook in notebooks:
                     try:
                         review_notebook(review, gb, root, notebook, key)
@@ -365,9 +369,9 @@ def review_class(root: Path, db: Path, assignments: list[str]) -> list[Review]:
                         review.reasons.append(f"{notebook}: not reviewed ({type(e).__name__}: {e})")
                 batch.append(review)
             for review in batch:
-                for d, who in owners.items():
-                    mine = [job for s, job in who if s == review.student]
-                    others = sorted({s for s, _ in who if s != review.student})
+                for d, who in owners.items():   # the instructor's job, handed to every student, is no one's copy
+                    mine = [job for s, job, shared in who if s == review.student and not shared]
+                    others = sorted({s for s, _, _ in who if s != review.student})
                     if mine and others:
                         review.reasons.append(f"job {mine[0]}: the same results (digest) are in the submission of "
                                               + ", ".join(others) + ": one run handed in twice")

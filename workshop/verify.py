@@ -10,6 +10,10 @@ Grading reads tables out of each student's own job logs; this checks each submit
   id, summary.json and metrics.jsonl, computed by the training job itself. Edited numbers in the
   files, or in the log's WORKSHOP_SUMMARY / WORKSHOP_METRICS lines, no longer match it;
 - the class as a whole: one job id, or one digest, in two submissions is one log handed in twice.
+  Except the instructor's jobs in instructor-run mode (`workshop.budget`): every student may hand in
+  the job the instructor ran for the class, as a link into the profile's `[course] instructor_jobs`
+  folder or a copy the instructor's folder holds byte for byte. Its seal is checked like any other; on
+  Slurm it must have run as the owner of the instructor's folder's job.json.
 
 What the digest proves depends on its key. Keyed (HMAC-SHA256 with WORKSHOP_DIGEST_KEY, a per-site
 secret in the jobs' environment and the grader's), a student cannot make a matching digest for
@@ -41,6 +45,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from workshop.logs import json_obj
+from workshop.profiles import ProfileError
 
 KEY_ENV = "WORKSHOP_DIGEST_KEY"
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
@@ -82,6 +87,7 @@ class Verdict:
     digest: str | None = None
     backend: str = "slurm"
     record: dict[str, Any] = field(default_factory=dict)   # the folder's job.json
+    instructor: Path | None = None    # instructor-run mode: the instructor's job folder this one is
 
     @property
     def ok(self) -> bool:
@@ -178,7 +184,12 @@ def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | N
     elif record is None:
         v.reasons.append(f"job {v.job} never ran on this cluster: sacct has no record of it")
     else:
-        if record["User"] != user:
+        if v.instructor is not None:
+            owner = _owner(v.instructor / "job.json")
+            if record["User"] != owner:
+                v.reasons.append(f"job {v.job} ran as {record['User']!r}, not as {owner!r}, who ran the instructor's "
+                                 f"jobs in {v.instructor.parent}")
+        elif record["User"] != user:
             v.reasons.append(f"job {v.job} ran as {record['User']!r}, not as {user!r}: another user's log")
         hosts = set((facts.summary or {}).get("hosts") or [])
         allocated = hostnames(record["NodeList"])
@@ -190,6 +201,17 @@ def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | N
         if facts.end and end and abs((facts.end - end).total_seconds()) > TIME_TOLERANCE_S:
             v.reasons.append(f"the log ends at {facts.end.isoformat()}, Slurm ended the job at {record['End']}")
     check_digest(v, facts, key)
+
+
+def _owner(path: Path) -> str:
+    """The user name owning a file (its uid where the name is unknown)."""
+    import pwd
+
+    uid = path.stat().st_uid
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def check_local(v: Verdict, facts: LogFacts) -> None:
@@ -269,10 +291,20 @@ def job_folders(submissions: Path) -> list[Verdict]:
     return out
 
 
-def verify(submissions: Path, users: dict[str, str] | None = None, key: str | None = None) -> list[Verdict]:
-    """Check every submitted job; `users` maps a submission folder name to its Unix user (default: same)."""
+def verify(submissions: Path, users: dict[str, str] | None = None, key: str | None = None,
+           profile: str | Path | None = None) -> list[Verdict]:
+    """Check every submitted job; `users` maps a submission folder name to its Unix user (default: same).
+    `profile` names the site profile whose instructor_jobs folder holds the instructor-run jobs (default:
+    $WORKSHOP_PROFILE's, and the profiles of this checkout the jobs name)."""
+    from workshop.budget import instructor_original, instructor_roots
+
     users = users or {}
     verdicts = job_folders(submissions)
+    roots = instructor_roots(profile, {str(v.record.get("profile") or "") for v in verdicts})
+    for v in verdicts:
+        v.instructor = instructor_original(v.folder, roots)
+        if v.instructor is not None:
+            v.notes.append(f"the instructor's job for the class ({v.instructor})")
     records = sacct(v.job for v in verdicts if v.backend == "slurm")
     for v in verdicts:
         check_job(v, records.get(v.job), users.get(v.student, v.student), key)
@@ -284,15 +316,30 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
             by_digest.setdefault(v.digest, []).append(v)
 
     def where(others: list[Verdict]) -> str:
-        return ", ".join(f"{o.student}/{o.assignment}/jobs/{o.folder.name}" for o in others)
+        return ", ".join(f"{o.student}/{o.assignment}/jobs/{o.folder.name}"
+                         + (" (the instructor's job)" if o.instructor else "") for o in others)
 
+    shared = {d: folder for root in roots for folder in sorted(root.glob("*/"))
+              if (d := _saved_digest(folder))}
     for v in verdicts:
         others = [o for o in by_job[v.identity] if o is not v]
+        if v.instructor is not None:
+            continue                  # handed to every student on purpose; its seal was checked above
+        if v.digest in shared:
+            v.reasons.append(f"the results (digest) of the instructor's job {shared[v.digest]}, in a folder of "
+                             "another name")
         if others:
             v.reasons.append(f"the same log (job {v.identity}) is also in {where(others)}")
         elif v.digest and len(by_digest[v.digest]) > 1:
             v.reasons.append(f"identical results (digest) to {where([o for o in by_digest[v.digest] if o is not v])}")
     return verdicts
+
+
+def _saved_digest(folder: Path) -> str | None:
+    try:
+        return json.loads((folder / "run" / "digest.json").read_text()).get("digest")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def table(verdicts: list[Verdict]) -> str:
@@ -321,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("submissions", help="folder of <student>/<assignment>/jobs/<job>/ (nbgrader's submitted/)")
     p.add_argument("--user-map", help="CSV of student,unix_user where submission folders are not user names")
+    p.add_argument("--profile", help="site profile whose [course] instructor_jobs holds the instructor-run jobs "
+                                     "(default: WORKSHOP_PROFILE's, and each job's own profile in slurm/profiles/)")
     args = p.parse_args(argv)
     root = Path(args.submissions)
     if not root.is_dir():
@@ -328,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     key = os.environ.get(KEY_ENV) or None
     try:
-        verdicts = verify(root, read_user_map(args.user_map), key)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        verdicts = verify(root, read_user_map(args.user_map), key, args.profile)
+    except (RuntimeError, OSError, subprocess.SubprocessError, ProfileError) as e:
         print(f"workshop verify: {e}", file=sys.stderr)
         return 2
     if not verdicts:

@@ -147,3 +147,27 @@ def test_a_log_whose_times_are_not_the_job_s_is_flagged(genuine, tmp_path, capsy
     rc, v = run_verify(tmp_path, capsys, monkeypatch)
     assert rc == 1
     assert any("Slurm ended the job at" in r for r in v["alice", "a1"].reasons)
+
+
+def test_the_instructors_job_in_every_submission_passes(genuine, tmp_path, capsys, monkeypatch) -> None:
+    """Instructor-run mode: alice's job folder (run as root) stands for the instructor's, in the site profile's
+    [course] instructor_jobs folder. bob (Unix user student) and carol hand it in, as collect copies it: it
+    ran as root, who owns the instructor's folder, so it is neither another user's log nor one log handed in
+    twice. The profile comes from WORKSHOP_PROFILE, as the course kernel sets it."""
+    profile = tmp_path / "classroom.toml"
+    profile.write_text((PROFILES_DIR / "ci.toml").read_text()
+                       + f'\n[course]\ninstructor_jobs = "{genuine["alice"].parent}"\n')
+    subs = tmp_path / "submitted"
+    for student in ("bob", "carol"):
+        hand_in(subs, student, "a1", genuine["alice"])
+    monkeypatch.setenv("WORKSHOP_PROFILE", str(profile))
+    rc, v = run_verify(subs, capsys, monkeypatch)
+    assert rc == 0, {k: x.reasons for k, x in v.items()}
+    assert all(x.instructor == genuine["alice"] and x.digest for x in v.values())
+    # under another folder name it is no longer the instructor's job handed out, but a copy of it
+    shutil.copytree(genuine["alice"], subs / "dave" / "a1" / "jobs" / "baseline-0123456789",
+                    ignore=shutil.ignore_patterns(".submit.lock"))
+    rc, v = run_verify(subs, capsys, monkeypatch)
+    assert rc == 1 and v["bob", "a1"].ok and v["carol", "a1"].ok
+    assert any("ran as 'root', not as 'dave'" in r for r in v["dave", "a1"].reasons)
+    assert any("the results (digest) of the instructor's job" in r for r in v["dave", "a1"].reasons)
