@@ -2,10 +2,12 @@
 # Run the whole test suite. As root, the Slurm test cluster (tests/slurm/cluster.sh) is brought up
 # by the tests themselves; elsewhere the Slurm tests say why they cannot run.
 #
-# With no arguments the Slurm tests (tests/slurm) and the rest run side by side, in two pytest
-# processes: the cluster tests mostly wait (Slurm's 10 s poll floor, sleeping jobs, a class of
-# watchers), and the rest fills those waits. The rest runs at a lower CPU priority (nice), so the
-# cluster's timed checks see the cores they would see alone. With arguments: one pytest, as given.
+# With no arguments the suite runs as three pytest processes side by side: the Slurm tests
+# (tests/slurm), the tests that read the course run (the `course_run` fixture: grading, verify,
+# the notebooks' own checks) and the rest (WORKSHOP_TEST_PART in tests/conftest.py). Much of each
+# part waits (Slurm's 10 s poll floor, a job's processes starting, a kernel starting); side by side
+# the two cores stay busy. The two local parts run at a lower CPU priority (nice), so the cluster's
+# timed checks see the cores they would see alone. With arguments: one pytest, as given.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
@@ -15,17 +17,26 @@ if [ $# -gt 0 ]; then
 fi
 
 scratch=$(mktemp -d /tmp/workshop-tests.XXXXXX)
+started=$(date +%s)
 "${pytest[@]}" --basetemp="$scratch/slurm" tests/slurm > "$scratch/slurm.log" 2>&1 &
 slurm_pid=$!
-trap 'kill "$slurm_pid" 2>/dev/null || true' INT TERM
+WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" --basetemp="$scratch/course" --ignore=tests/slurm tests \
+    > "$scratch/course.log" 2>&1 &
+course_pid=$!
+trap 'kill "$slurm_pid" "$course_pid" 2>/dev/null || true' INT TERM
 rest=0
-nice -n 10 "${pytest[@]}" --basetemp="$scratch/rest" --ignore=tests/slurm tests || rest=$?
+WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" --basetemp="$scratch/rest" --ignore=tests/slurm tests || rest=$?
+course=0
+wait "$course_pid" || course=$?
 slurm=0
 wait "$slurm_pid" || slurm=$?
-echo
-echo "=============================== tests/slurm (run beside the rest) ==============================="
-cat "$scratch/slurm.log"
-echo "tests/slurm: exit $slurm; the rest: exit $rest"
-if [ "$rest" -eq 0 ] && [ "$slurm" -eq 0 ]; then rm -rf "$scratch"; else echo "the tests' files are kept in $scratch"; fi
-# pytest's own codes: 1 = tests failed, 2+ = interrupted or a usage error; the worse one wins
-exit $(( rest > slurm ? rest : slurm ))
+for part in course slurm; do
+    echo
+    echo "=============================== the $part part (run beside the rest) ==============================="
+    cat "$scratch/$part.log"
+done
+echo "exit codes: rest $rest, course $course, tests/slurm $slurm; the suite took $(( $(date +%s) - started )) s"
+if [ "$rest" -eq 0 ] && [ "$course" -eq 0 ] && [ "$slurm" -eq 0 ]; then rm -rf "$scratch"; else echo "the tests' files are kept in $scratch"; fi
+# pytest's own codes: 1 = tests failed, 2+ = interrupted or a usage error; 5 = no tests collected
+worst=$(( rest > course ? rest : course ))
+exit $(( worst > slurm ? worst : slurm ))

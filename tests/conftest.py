@@ -30,3 +30,18 @@ def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert main(["--output", str(out), "--profile", "local", "--cell-timeout", str(CELL_TIMEOUT_S),
                  *(["--only", only] if only else [])]) == 0
     return out
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """WORKSHOP_TEST_PART=course keeps the tests that read the course run (`course_run`), =rest the
+    others: scripts/test.sh runs the two parts side by side, beside tests/slurm, so that the cores stay
+    busy while one part waits (the course's jobs, kernels starting, Slurm's poll floor)."""
+    part = os.environ.get("WORKSHOP_TEST_PART", "")
+    if part not in ("course", "rest"):
+        return
+    keep = [item for item in items if ("course_run" in getattr(item, "fixturenames", ())) == (part == "course")]
+    kept = {id(item) for item in keep}
+    dropped = [item for item in items if id(item) not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = keep
