@@ -49,7 +49,7 @@ def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     rows = {r["notebook"]: r for r in budget_rows(SITE, 20)}
     assert rows["01_baseline"]["gpu_h_class"] == pytest.approx(20 * 20 / 60)
     nb5 = rows["05_multi_node"]
-    assert nb5["gpu_h_class_instructor_run"] < nb5["gpu_h_class"] / 5          # 2-node rows run once
+    assert nb5["gpu_h_class_instructor_run"] < nb5["gpu_h_class"] / 4          # 2-node rows run once
 
 
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture) -> None:

@@ -56,6 +56,8 @@ STATIC_RUNS: dict[str, dict[str, dict[str, Any]]] = {
         "2 nodes x 2, full_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="full_shard"),
         "2 nodes x 2, hybrid_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="hybrid_shard",
                                           hybrid_replicas=2),
+        "a sharded checkpoint (6 steps)": dict(step="strategies", procs_per_node=2, sharding="full_shard",
+                                               max_steps=6, checkpoint_every=6),
     },
 }
 
