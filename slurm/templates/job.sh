@@ -36,9 +36,11 @@ if [ -n "$cuda_free" ]; then export LD_LIBRARY_PATH="$cuda_free"; else unset LD_
 export PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS=@{omp_threads}   # cores per process: cpus-per-task / processes per node
 
-# Where and when
+# Where and when. Stamps to the millisecond: the notebook's display follows these lines within 2 s.
+# (A date without %N, as on BSD and macOS, prints the letter N: fall back to whole seconds.)
+stamp() { local t; t=$(date +%Y-%m-%dT%H:%M:%S.%3N%:z); case $t in *N*) date -Is ;; *) printf '%s\n' "$t" ;; esac; }
 echo "[job] id ${SLURM_JOB_ID} name ${SLURM_JOB_NAME} nodes ${SLURM_NNODES}: ${SLURM_JOB_NODELIST}"
-echo "[job] start $(date -Is) on $(hostname) in $(pwd)"
+echo "[job] start $(stamp) on $(hostname) in $(pwd)"
 echo @{step_line}
 
 # Launch, in the background: bash runs a trap only between commands, so this shell waits instead
@@ -51,9 +53,9 @@ wait "$launcher" || rc=$?
 while [ "$rc" -gt 128 ] && kill -0 "$launcher" 2>/dev/null; do rc=0; wait "$launcher" || rc=$?; done
 if [ "$rc" -eq 0 ] && [ -e "$WORKSHOP_STOPPED_FILE" ]; then
     # Stopped early on purpose, at a checkpoint: end now rather than hold the GPUs until the limit.
-    echo "[job] stopped at a checkpoint $(date -Is) (USR1 ${usr1_at:-sent to a training process}); exit @{checkpoint_exit}. Continue with: workshop submit ... --resume"
+    echo "[job] stopped at a checkpoint $(stamp) (USR1 ${usr1_at:-sent to a training process}); exit @{checkpoint_exit}. Continue with: workshop submit ... --resume"
     exit @{checkpoint_exit}
 fi
 [ "$rc" -eq 0 ] || exit "$rc"
 
-echo "[job] end $(date -Is)"
+echo "[job] end $(stamp)"

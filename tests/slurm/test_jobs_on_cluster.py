@@ -160,6 +160,13 @@ def test_student_submits_from_the_command_line(cluster, jobs_dir, student_worksh
     TIMINGS["student baseline (CLI, --wait)"] = time.monotonic() - t0
     job_id, job_dir = proc.stdout.splitlines()[0].split(" ", 1)
     assert "COMPLETED" in proc.stdout
+    # the line follows the job's own log: a job whose log counts steps is RUNNING, never "PENDING step k/N",
+    # and the states only move forward
+    order = ["PENDING", "RUNNING", "COMPLETED"]
+    states = [(line.split(": ", 1)[1].split()[0], " step " in line) for line in proc.stdout.splitlines()
+              if line.startswith(f"{job_id} baseline: ")]
+    assert states and not any(state == "PENDING" and counting for state, counting in states), proc.stdout
+    assert [order.index(s) for s, _ in states] == sorted(order.index(s) for s, _ in states), proc.stdout
     assert cluster.job_record(job_id)["User"] == "student"
     assert Path(job_dir).stat().st_uid == int(cluster.run("id", "-u", "student").stdout)
     assert json.loads((Path(job_dir) / "run" / "summary.json").read_text())["status"] == "completed"
