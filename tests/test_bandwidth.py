@@ -24,8 +24,9 @@ NCCL_TESTS_HEADER = [
 ]
 
 
-def run_bandwidth(nproc: int, *args: str) -> subprocess.CompletedProcess:
+def run_bandwidth(nproc: int, *args: str, slurm: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(slurm or {})
     env["OMP_NUM_THREADS"] = "1"
     return subprocess.run([TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", "-m", "workshop.bandwidth",
                            "-e", "64K", "-n", "3", "-w", "1", *args],
@@ -74,6 +75,15 @@ def test_gate_fails_when_bandwidth_is_too_low_or_a_node_is_missing():
     largest = sizes(8, 64 * 1024, 4)[-1]                              # the largest message, not the average
     assert f"# FAILED: bus bandwidth at {largest} B is " in proc.stdout
     assert "GB/s, below the site's minimum 1e+06 GB/s" in proc.stdout
+
+
+def test_a_missing_node_fails_the_gate_as_the_batch_script_runs_it():
+    # the site's script passes no --expect-nodes: the gate takes the node count Slurm gave the job
+    proc = run_bandwidth(2, "--min-busbw", "0", slurm={"SLURM_NNODES": "2"})
+    assert proc.returncode != 0
+    assert "# FAILED: expected 2 node(s), but the ranks ran on 1 host(s)" in proc.stdout
+    alone = run_bandwidth(2, "--min-busbw", "0", slurm={"SLURM_NNODES": "1"})
+    assert alone.returncode == 0 and "FAILED" not in alone.stdout, alone.stdout
 
 
 def test_without_torchrun_it_says_how_to_launch_it():
