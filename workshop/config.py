@@ -88,7 +88,8 @@ class RunConfig:
                               "as global_batch / (batch_size x world_size)", default=0)
     epochs: float = _help("training epochs", default=2.0)
     max_steps: int = _help("if > 0: stop after this many optimizer steps (overrides epochs)", default=0)
-    learning_rate: float = _help("peak learning rate (AdamW, linear decay)", default=5e-4)
+    learning_rate: float = _help("peak learning rate (AdamW, linear decay); the course profiles set 5e-5 "
+                                 "for BLOOM-560M, 5e-3 for the tiny model", default=5e-4)
     weight_decay: float = _help("AdamW weight decay", default=0.0)
     precision: str = _help("fp32 | bf16 | fp16 (fp16 needs a GPU)", default="fp32")
     sharding: str = _help("none | ddp | full_shard | shard_grad_op | hybrid_shard | hybrid_shard_grad_op (FSDP2)", default="none")
