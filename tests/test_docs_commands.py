@@ -5,7 +5,8 @@ from the seed repo's environment variables (TRAIN_SIZE, EVAL_SIZE), never from a
 
 Where the others are run: tests/test_fsdp_exercises.py (README's torchrun line), tests/test_budget.py
 (the class budget's two lines), tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
-(the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`).
+(the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`),
+tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile).
 """
 
 from __future__ import annotations

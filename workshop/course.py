@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import threading
@@ -82,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", dest="overrides", default="{}",
                         help='JSON run settings for every job, e.g. \'{"epochs": 1}\'')
     parser.add_argument("--log-output", action="store_true", help="stream each cell's output")
-    parser.add_argument("--cell-timeout", type=float, default=None, metavar="S",
+    parser.add_argument("--cell-timeout", type=float, default=os.environ.get("WORKSHOP_CELL_TIMEOUT"), metavar="S",
                         help="a cell without a reply from its kernel for S seconds is a hang: the notebook runs "
-                             "once more (default: no limit, as a cell may wait in a real queue for hours)")
+                             "once more (default: $WORKSHOP_CELL_TIMEOUT, else no limit, as a cell may wait in a "
+                             "real queue for hours)")
     parser.add_argument("--parallel", type=int, default=1, metavar="N",
                         help="notebooks executed at the same time (default 1: one after another)")
     args = parser.parse_args(argv)

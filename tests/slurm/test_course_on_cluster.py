@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from datetime import datetime
 from pathlib import Path
 
@@ -15,24 +16,30 @@ import pytest
 from tests.conftest import CELL_TIMEOUT_S
 from workshop.release import assignments
 
+ROOT = Path(__file__).resolve().parents[2]
+
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture(scope="module")
 def cluster_course(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from workshop.course import main
+    """docs/instructor.md's dry run, typed at a shell as written, with this test cluster's profile for
+    <site>; in an environment that has the cluster and the real 10 s poll floor (the kernels papermill
+    starts inherit it), and a cell timeout (papermill#711: a lost kernel reply)."""
+    from tests.test_docs_commands import fenced, line_with
 
-    saved = {k: os.environ.get(k) for k in [*slurm_cluster.env, "WORKSHOP_SLURM_MIN_POLL_S"]}
-    # the kernels papermill starts inherit this: the cluster, and the real 10 s poll floor
-    os.environ.update(slurm_cluster.env)
-    os.environ.pop("WORKSHOP_SLURM_MIN_POLL_S", None)
-    out = slurm_cluster.shared / f"course-{os.getpid()}"
-    try:
-        assert main(["--output", str(out), "--profile", "ci", "--cell-timeout", str(CELL_TIMEOUT_S)]) == 0
-    finally:
-        for k, v in saved.items():
-            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
-    return out
+    line = line_with(fenced(ROOT / "docs" / "instructor.md"), "workshop.course --profile")
+    assert line == "python -m workshop.course --profile <site> --output results-<site>", line
+    where = slurm_cluster.shared / f"course-{os.getpid()}"
+    where.mkdir(mode=0o1777)
+    env = {**os.environ, **slurm_cluster.env, "WORKSHOP_CELL_TIMEOUT": str(CELL_TIMEOUT_S),
+           "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("WORKSHOP_SLURM_MIN_POLL_S", None)
+    proc = subprocess.run(["bash", "-c", line.replace("<site>", "ci")], cwd=where, env=env, text=True,
+                          capture_output=True, timeout=1800)
+    print(proc.stdout[-4000:], proc.stderr[-4000:])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return where / "results-ci"
 
 
 @pytest.mark.parametrize("name", assignments())
