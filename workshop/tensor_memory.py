@@ -10,9 +10,20 @@ How it runs inside the HF Trainer: a callback enters the tracker (a TorchDispatc
 ONE optimizer step (the second, so AdamW's state already exists as it does at every later step) and
 leaves it at that step's end; forward, backward of every micro-batch, clipping and the optimizer step
 are inside. The tracker raises on a second root forward unless `reset_mod_stats()` is called, so it
-is called after every non-final micro-batch (gradient accumulation). One step with the dispatch
-mode on costs a few times a normal step; the other steps run untouched, which keeps a run within
-10 % of its time (`tensor_mem_overhead_pct` in summary.json says how much it cost).
+is called after every non-final micro-batch (gradient accumulation).
+
+What it costs: the other steps run untouched; `tensor_mem_overhead_pct` in summary.json is the
+tracked step's extra time over the median untracked step, as a share of the training time. The
+tracker itself (a Python call per operator) made a tracked step 2-3x an untracked one on the tiny
+model (DDP with its module-level bookkeeping: 3.3x); two things here bring that to ~1.6-1.9x without
+changing a single figure it measures: `watch_category_peaks` (per-category maxima kept from the
+tracker's own counter updates, its module-level snapshots skipped) and `lean_tree_map` (the outputs of
+each operator visited without rebuilding them). Measured on 2 busy cores (tests/runs.py's runs, the
+course's lengths): 12-step runs at 2 ranks 4.5-8 %, 6-step runs at 4 ranks 4-9 %, where the course
+ran 10-19 % before. The bound is physical for short runs: with a tracked step at ~1.7x, the extra
+0.7 step is ~0.7/(N+1) of an N-step run (12 % at N = 5), less the time training spends outside steps
+(evaluation); and one step's time on a loaded machine varies by more than that. A test holds the
+course's 12-step runs to 10 %.
 
 What is counted: each category's own peak over the measured step (gradients peak after backward,
 activations at the end of forward), and `peak`, the largest sum of all of them at one moment; the
@@ -200,6 +211,42 @@ def save_fsdp_hooks(root: torch.nn.Module) -> Callable[[], None]:
     return restore
 
 
+TRACKER_MODULES = ("torch.distributed._tools.mem_tracker", "torch.distributed._tools.fsdp2_mem_tracker")
+
+
+def lean_tree_map() -> Callable[[], None]:
+    """Make the trackers walk an operator's outputs without rebuilding them; return the undo.
+
+    The trackers call `tree_map_only(torch.Tensor, track, outputs)` after every operator (and on module
+    inputs and outputs) only for its side effect: all four call sites drop what it returns. The
+    pytree version flattens, rebuilds a tree of Nones and wraps `track` anew with functools.wraps each
+    time (profiled: a third of the tracked step's extra time, DDP on the tiny model). This visits the
+    same tensors in the same order, and returns the tree unchanged, as `tree_map_only_` does."""
+    import importlib
+
+    from torch.utils._pytree import tree_iter
+
+    def tree_map_only_for_effect(types: Any, func: Callable[[Any], Any], tree: Any, is_leaf: Any = None) -> Any:
+        if isinstance(tree, torch.Tensor):  # most operators return one tensor
+            func(tree)
+            return tree
+        for leaf in tree_iter(tree, is_leaf=is_leaf):
+            if isinstance(leaf, types):
+                func(leaf)
+        return tree
+
+    modules = [importlib.import_module(name) for name in TRACKER_MODULES]
+    saved = [module.tree_map_only for module in modules]
+    for module in modules:
+        module.tree_map_only = tree_map_only_for_effect
+
+    def restore() -> None:
+        for module, original in zip(modules, saved):
+            module.tree_map_only = original
+
+    return restore
+
+
 def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
     """FSDP2's tracker for a fully_shard-ed model (it knows sharded from gathered), the generic one otherwise."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -247,7 +294,8 @@ class TensorMemoryCallback(TrainerCallback):
             model = self.model if self.model is not None else model
             self.tracker = make_tracker(model, optimizer)
             self._peaks = watch_category_peaks(self.tracker, self.device, self.offload)
-            self._restore_hooks = save_fsdp_hooks(model)
+            restore_hooks, restore_tree_map = save_fsdp_hooks(model), lean_tree_map()
+            self._restore_hooks = lambda: (restore_hooks(), restore_tree_map())
             self.tracker.__enter__()
 
     def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -274,8 +322,9 @@ class TensorMemoryCallback(TrainerCallback):
         self.tracker = None
 
     def peak_so_far_mb(self) -> float | None:
-        """The logging step's peak: the CUDA allocator's over training, or the measured tensor peak on CPU
-        (none before the measured step)."""
+        """The logging step's peak: the CUDA allocator's over training, or on CPU the measured step's tensor
+        peak — None in metrics.jsonl's records before the measured step (the second), since nothing else
+        on a CPU counts tensors (docs/design.md says the same)."""
         if self.device.type == "cuda":
             return round(torch.cuda.max_memory_allocated(self.device) / MB, 1)
         return round(self.measured["peak"], 1) if self.measured else None
