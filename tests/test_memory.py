@@ -107,6 +107,23 @@ def test_activation_checkpointing_by_hand() -> None:
     assert activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) == 2 * 4 * 4 * x * 96 + outside
 
 
+def test_ddp_buckets_count_on_a_gpu_but_not_in_the_trackers_peak() -> None:
+    ddp = estimate("bloom-560m", "ddp", 4, "bf16", 8, 512)
+    # DDP's reducer copies every fp32 gradient into its buckets: 4 B x P = 2.24 GB, invisible to the tracker
+    assert ddp.ddp_buckets == 4 * P560 == 2_236_858_368
+    assert ddp.gpu_peak == ddp.peak + ddp.ddp_buckets and ddp.as_mb()["gpu_peak"] == ddp.gpu_peak / MB
+    full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+    assert full.ddp_buckets == 0 and full.gpu_peak == full.peak
+
+
+def test_checkpointed_activations_peak_with_one_block_recomputed() -> None:
+    tiny = get_arch("tiny")
+    x = 2 * 32
+    bd = estimate("tiny", "full_shard", 2, "fp32", 2, 32, activation_checkpointing=True)
+    block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32  # one block's internals, recomputed in backward
+    assert bd.activations == activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) + block
+
+
 def test_bad_configs_are_refused() -> None:
     with pytest.raises(ValueError, match="one process"):
         estimate("tiny", "none", 2)
