@@ -30,8 +30,9 @@ Categories (each one's own peak over a training step, as workshop.tensor_memory 
       DDP         c bytes per x·V                        DDP's forward keeps another logits-sized output
   Activation checkpointing keeps each block's inputs (4 h-sized tensors per token) instead of its
   internals; the category then peaks in backward, when one block's internals are recomputed on top
-  of them (the tracker counts recomputed tensors as activations). Calibrated on the tiny model and checked by tests against the measurement; the
-  coefficients are counts of tensors in BLOOM's forward, not per-run constants.
+  of them (the tracker counts recomputed tensors as activations). Calibrated on the tiny model and
+  checked by tests against the measurement; the coefficients are counts of tensors in BLOOM's
+  forward, not per-run constants.
 - other: temporaries (the loss gradient, gradients of activations in backward), DDP's all-reduce
   copies, FSDP's all-gather/reduce-scatter buffers.
 - peak: at the start of backward: stored params + gathered units + optimizer state + activations +
@@ -342,8 +343,9 @@ def largest_model_that_fits(gpu_gb: float, sharding: str = "none", world_size: i
                             batch_size: int = 8, max_length: int = 512, offload: bool = False,
                             activation_checkpointing: bool = False, replicas: int = 1) -> Fit:
     """The BLOOM-family model with the most parameters whose predicted GPU peak (`gpu_peak`, DDP's
-    buckets included) fits in `gpu_gb` GiB per GPU — experiment 1 of the seed course, without the trial-and-error OOMs. Only whole rungs of
-    BLOOM_LADDER count: trimming layers off a wide model gives shapes nobody trains."""
+    buckets included) fits in `gpu_gb` GiB per GPU — experiment 1 of the seed course, without the
+    trial-and-error OOMs. Only whole rungs of BLOOM_LADDER count: trimming layers off a wide model
+    gives shapes nobody trains."""
     budget = gpu_gb * GiB
     best = Fit(0, 0, 0, 0, None)
     for hidden, n_layers in BLOOM_LADDER:
