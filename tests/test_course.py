@@ -39,6 +39,22 @@ def test_tables_hold_numbers_from_the_runs(course_run: Path) -> None:
     assert "speedup" not in scaling.columns and scaling["global_batch_measured"].nunique() == 1   # the student's part
 
 
+def test_the_strategies_table_shows_fsdps_savings_as_the_model_predicts(course_run: Path) -> None:
+    """Notebook 03's table, as `make course` leaves it: tensor memory per rank (PyTorch's tracker on one
+    step) falls from DDP to SHARD_GRAD_OP to FULL_SHARD, offload and activation checkpointing take it
+    lower still, and the memory model's peak is within 15 % of each measured one."""
+    import pandas as pd
+
+    table = pd.read_csv(course_run / "tables" / "03_strategies.csv", index_col=0)
+    peak, predicted = table["peak_mem_mb"], table["predicted_mem_mb"]
+    assert peak["full_shard"] < peak["shard_grad_op"] < peak["ddp"]
+    assert peak["offload"] < peak["full_shard"] and table.loc["offload", "host_mb"] > 0
+    assert peak["activation_checkpointing"] < peak["full_shard"]
+    assert table.loc["activation_checkpointing", "activations_mb"] < table.loc["full_shard", "activations_mb"]
+    error = ((predicted - peak).abs() / peak).round(3)
+    assert (error <= 0.15).all(), error.to_dict()
+
+
 def release_with_jobs(course: Course, course_run: Path, name: str, folder: Path) -> Path:
     """The student release of `name` beside the jobs/ the course run made: a student who ran every
     cell of the helper's and answered nothing themselves."""

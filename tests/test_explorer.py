@@ -12,7 +12,7 @@ def test_explore_is_the_memory_model_and_says_what_fits() -> None:
     r = explorer.explore("bloom-560m", 8, 512, "bf16", "full_shard", gpus=4)
     assert r.breakdown == estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
     assert set(r.fits) == {"V100-32GB", "A100-80GB", "H100-80GB"}
-    assert r.fits["A100-80GB"] is (r.breakdown.peak <= 80e9 - 0.5 * GiB)
+    assert r.fits["A100-80GB"] is (r.breakdown.gpu_peak <= 79.5 * GiB)  # 80 GiB less the CUDA context
     assert r.figure is not None
     big = explorer.explore("bloom-7b1", 8, 2048, "bf16", "none", gpus=1, draw=False)
     assert not any(big.fits.values()) and big.figure is None
@@ -59,3 +59,25 @@ def test_the_widget_only_where_jupyterlab_runs_the_kernel(monkeypatch: pytest.Mo
     assert explorer.show_explorer() is None and "call explore(" in capsys.readouterr().out
     monkeypatch.setenv("JPY_SESSION_NAME", "01_baseline.ipynb")   # what jupyter_server gives its kernels
     assert explorer.show_explorer().result.breakdown == estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+
+
+def test_fits_uses_the_cards_capacity_and_what_a_gpu_holds() -> None:
+    """A card's GiB less the CUDA context; DDP's gradient buckets count against it (not in `peak`)."""
+    assert explorer.GPUS == {"V100-32GB": 31.5 * GiB, "A100-80GB": 79.5 * GiB, "H100-80GB": 79.5 * GiB}
+    ddp = explorer.explore("bloom-1b1", 8, 512, "bf16", "ddp", gpus=4, draw=False)
+    bd = ddp.breakdown
+    assert bd.ddp_buckets == 4 * bd.n_params and bd.gpu_peak == bd.peak + bd.ddp_buckets
+    assert ddp.fits == {name: bd.gpu_peak <= usable for name, usable in explorer.GPUS.items()}
+    # bloom-1b1, full_shard on 4, 10 x 512 bf16: ~30.1 GiB, which a V100-32GB holds (32e9 bytes would not)
+    fsdp = explorer.explore("bloom-1b1", 10, 512, "bf16", "full_shard", gpus=4, draw=False)
+    assert 29.8 * GiB < fsdp.breakdown.gpu_peak <= 31.5 * GiB and fsdp.fits["V100-32GB"]
+
+
+def test_offload_without_fsdp_is_ignored_and_said_so() -> None:
+    ddp = explorer.explore("bloom-560m", 4, 512, "bf16", "ddp", offload=True, gpus=2)
+    assert ddp.breakdown == estimate("bloom-560m", "ddp", 2, "bf16", 4, 512)
+    assert any("offload ignored" in n for n in ddp.notes)
+    assert "offload" not in ddp.figure.axes[0].get_title()
+    sharded = explorer.explore("bloom-560m", 4, 512, "bf16", "full_shard", offload=True, gpus=2)
+    assert sharded.notes == [] and sharded.breakdown.host_optimizer > 0
+    assert ", offload" in sharded.figure.axes[0].get_title()

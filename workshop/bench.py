@@ -259,7 +259,8 @@ def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None) -> dict[st
     sharding = "ddp" if cfg.sharding == "none" and wrapper == "DistributedDataParallel" else cfg.sharding
     bd = memory.estimate(cfg.model, sharding, cfg.world_size, cfg.precision, cfg.batch_size, seq_len,
                          cfg.offload, cfg.activation_checkpointing, cfg.replicas)
-    return {"seq_len": seq_len, "predicted_as": sharding, "total_mb": round(bd.total_mb, 1),
+    # what a GPU's allocator holds: the tracker's peak plus DDP's gradient buckets
+    return {"seq_len": seq_len, "predicted_as": sharding, "total_mb": round(bd.gpu_peak / memory.MB, 1),
             "components_mb": {k: round(v, 1) for k, v in bd.as_mb().items()}}
 
 

@@ -7,13 +7,19 @@ all come from workshop.memory.estimate; this module only chooses the inputs and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workshop.memory import CATEGORIES, GiB, MB, Breakdown, bloom_family_arch, estimate, get_arch
 
-# GPUs a course site may have: usable bytes per GPU (the marketing GB; the CUDA context's ~0.5 GiB off)
-GPUS: dict[str, float] = {"V100-32GB": 32e9 - 0.5 * GiB, "A100-80GB": 80e9 - 0.5 * GiB, "H100-80GB": 80e9 - 0.5 * GiB}
+# GPUs a course site may have: usable bytes per GPU. The "32GB"/"80GB" in the names are GiB (nvidia-smi
+# shows 32,768 MiB for a V100-32GB and 81,920 MiB for an A100-80GB; an H100-80GB shows a little less,
+# ~79.6 GiB, as its driver reserves more). Usable here = the card's GiB less the CUDA context's ~0.5
+# GiB, which the memory model leaves out; the allocator's slack (reserved - allocated, a few %) is not
+# taken off, so "fits" means the predicted tensors fit, not that a run has nothing to spare.
+CUDA_CONTEXT = 0.5 * GiB
+GPUS: dict[str, float] = {"V100-32GB": 32 * GiB - CUDA_CONTEXT, "A100-80GB": 80 * GiB - CUDA_CONTEXT,
+                          "H100-80GB": 80 * GiB - CUDA_CONTEXT}
 MODELS: dict[str, Any] = {
     "tiny": "tiny", "bloom-560m": "bloom-560m", "bloom-1b1": "bloom-1b1", "bloom-1b7": "bloom-1b7",
     "bloom-3b": "bloom-3b", "bloom-7b1": "bloom-7b1", "bloom-h5120-l40 (~13B)": bloom_family_arch(5120, 40)}
@@ -28,6 +34,7 @@ class Exploration:
     breakdown: Breakdown
     fits: dict[str, bool]
     figure: Any
+    notes: list[str] = field(default_factory=list)  # controls the setting ignores, and why
 
     @property
     def mb(self) -> dict[str, float]:
@@ -39,15 +46,21 @@ def explore(model: str = "bloom-560m", batch_size: int = 8, max_length: int = 51
             gpus: int = 4, draw: bool = True) -> Exploration:
     """The memory model for one setting; `draw=False` skips the figure (fast, for sweeps)."""
     arch = get_arch(MODELS.get(model, model))
+    notes = []
     if sharding == "none" and gpus != 1:
         sharding = "ddp"  # several GPUs without sharding is data parallel
-    bd = estimate(arch, sharding, gpus, precision, batch_size, max_length,
-                  offload and sharding not in ("none", "ddp"), activation_checkpointing)
-    fits = {name: bd.peak <= usable for name, usable in GPUS.items()}
+        notes.append(f"sharding none on {gpus} GPUs is DDP: shown as ddp")
+    if offload and sharding in ("none", "ddp"):
+        offload = False
+        notes.append(f"offload ignored: CPU offload moves FSDP's shards to the host, and {sharding} has none "
+                     "(choose full_shard or shard_grad_op to offload)")
+    bd = estimate(arch, sharding, gpus, precision, batch_size, max_length, offload, activation_checkpointing)
+    # a GPU holds what the allocator holds: the tracker's peak plus DDP's gradient buckets (gpu_peak)
+    fits = {name: bd.gpu_peak <= usable for name, usable in GPUS.items()}
     figure = draw_breakdown(bd, f"{model}, {sharding} on {gpus} GPU(s), b={batch_size}, s={max_length}, "
                                 f"{precision}{', offload' if offload else ''}{', AC' if activation_checkpointing else ''}",
                             fits) if draw else None
-    return Exploration(bd, fits, figure)
+    return Exploration(bd, fits, figure, notes)
 
 
 def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:
@@ -63,6 +76,10 @@ def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:
         ax.bar(0, mb[category] / 1024, 0.5, bottom=bottom, color=f"C{j}", label=category)
         bottom += mb[category] / 1024
     ax.plot([-0.25, 0.25], [mb["peak"] / 1024] * 2, color="black", label="peak (alive at once)")
+    if mb["ddp_buckets"]:  # outside the tracker's view, inside the GPU's
+        ax.bar(0, mb["ddp_buckets"] / 1024, 0.5, bottom=mb["peak"] / 1024, color="C5", hatch="//",
+               label="DDP gradient buckets")
+        ax.plot([-0.25, 0.25], [mb["gpu_peak"] / 1024] * 2, color="black", ls=":", label="GPU peak (+ buckets)")
     if mb["host"]:
         ax.bar(1, mb["host"] / 1024, 0.5, color="grey", label="host memory (offload)")
     for name, usable in GPUS.items():
@@ -88,6 +105,10 @@ def memory_explorer() -> Any:
         plt.close(result.figure)
         mb = result.mb
         print("  ".join(f"{c} {mb[c]:,.0f} MB" for c in (*CATEGORIES, "peak")))
+        if mb["ddp_buckets"]:
+            print(f"DDP gradient buckets {mb['ddp_buckets']:,.0f} MB: GPU peak {mb['gpu_peak']:,.0f} MB")
+        for note in result.notes:
+            print(f"note: {note}")
         print("fits: " + ", ".join(f"{g} {'yes' if ok else 'no'}" for g, ok in result.fits.items()))
         return result  # the widget keeps it as `.result`
 

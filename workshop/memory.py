@@ -10,7 +10,9 @@ Categories (each one's own peak over a training step, as workshop.tensor_memory 
   gathered at once in the compute dtype (full_shard: the embedding unit, kept from the end of
   forward to the end of backward because the tied lm_head uses it, plus one block; shard_grad_op:
   every unit, none is resharded after forward).
-- grads: the fp32 gradients each rank stores (sharded over N under FSDP).
+- grads: the fp32 gradients each rank stores (sharded over N under FSDP). Without FSDP and with
+  gradient accumulation, a later micro-batch's gradient of the largest parameter (the tied embedding)
+  is counted as a gradient before it is added to the stored one.
 - unsharded_grads (FSDP, part of `other`): a unit's full gradient before its reduce-scatter, fp32 or
   bf16 with accelerate's MixedPrecisionPolicy (it reduces in bf16). The embedding unit's lives
   through all of backward (the tied lm_head starts it). With gradient accumulation the Trainer skips
@@ -27,16 +29,29 @@ Categories (each one's own peak over a training step, as workshop.tensor_memory 
       autocast    2 bytes per weight                     DDP/one-process bf16: autocast's weight casts
       DDP         c bytes per x·V                        DDP's forward keeps another logits-sized output
   Activation checkpointing keeps each block's inputs (4 h-sized tensors per token) instead of its
-  internals. Calibrated on the tiny model and checked by tests against the measurement; the
-  coefficients are counts of tensors in BLOOM's forward, not per-run constants.
+  internals; the category then peaks in backward, when one block's internals are recomputed on top
+  of them (the tracker counts recomputed tensors as activations). Calibrated on the tiny model and
+  checked by tests against the measurement; the coefficients are counts of tensors in BLOOM's
+  forward, not per-run constants.
 - other: temporaries (the loss gradient, gradients of activations in backward), DDP's all-reduce
   copies, FSDP's all-gather/reduce-scatter buffers.
 - peak: at the start of backward: stored params + gathered units + optimizer state + activations +
   the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
   the largest activations of all.
 - host_*: with offload, the sharded params, grads and AdamW state live in host memory.
-1 MB here is 2**20 bytes, the unit the training script reports. Not included: the CUDA context (~0.5
-GiB) and the caching allocator's slack (compare with `allocator_peak` on a GPU).
+- ddp_buckets (DDP only): the reducer's gradient buckets, one fp32 copy of every gradient (4 bytes per
+  parameter; the Trainer leaves gradient_as_bucket_view off). DDP allocates them in C++ when it wraps
+  the model, before PyTorch's tracker enters, so the tracker never sees them and `peak` leaves them
+  out.
+
+Two peaks, for two instruments:
+- `peak` (`total`): what PyTorch's tracker (workshop.tensor_memory) counts on one step. The tests and
+  the course's tables compare it with the measurement on CPU, where nothing else can be measured.
+- `gpu_peak`: `peak` + `ddp_buckets`: what the CUDA caching allocator holds at the peak
+  (`torch.cuda.max_memory_allocated`, the `allocator_peak` of a GPU run). "Does it fit a GPU"
+  (largest_model_that_fits, workshop.explorer) asks this one.
+1 MB here is 2**20 bytes, the unit the training script reports. Not included in either: the CUDA
+context (~0.5 GiB) and the caching allocator's slack (reserved minus allocated).
 """
 
 from __future__ import annotations
@@ -120,6 +135,7 @@ class Breakdown:
     host_grads: int = 0
     host_optimizer: int = 0
     unsharded_grads: int = 0  # FSDP: full gradients before their reduce-scatter (counted in `other`)
+    ddp_buckets: int = 0  # DDP's gradient buckets: in `gpu_peak`, not in `peak` (the tracker cannot see them)
     n_params: int = 0
     shard_size: int = 1
     notes: list[str] = field(default_factory=list)
@@ -135,11 +151,17 @@ class Breakdown:
         return self.peak / MB
 
     @property
+    def gpu_peak(self) -> int:
+        """What a GPU's allocator holds at the peak: the tracker's `peak` plus DDP's gradient buckets."""
+        return self.peak + self.ddp_buckets
+
+    @property
     def cpu(self) -> int:
         return self.host_params + self.host_grads + self.host_optimizer
 
     def as_mb(self) -> dict[str, float]:
-        out = {c: getattr(self, c) / MB for c in (*CATEGORIES, "peak", *HOST, "unsharded_grads")}
+        out = {c: getattr(self, c) / MB for c in (*CATEGORIES, "peak", *HOST, "unsharded_grads", "ddp_buckets")}
+        out["gpu_peak"] = self.gpu_peak / MB
         out["host"] = self.cpu / MB
         out["total"] = self.total_mb
         return out
@@ -212,18 +234,24 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
     bd = Breakdown(n_params=P, shard_size=n)
     x = batch_size * max_length
     stored, optim = 4 * P // n, 8 * P // n
-    bd.activations = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing, sharding)
+    act_fwd = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing, sharding)
+    recomputed = recomputed_block(arch, x, batch_size, max_length, precision, activation_checkpointing)
+    # the category's own peak: with checkpointing it comes in backward, when a block is recomputed on
+    # top of what forward kept (the tracker counts recomputed tensors as activations)
+    bd.activations = act_fwd + recomputed
     loss_grad = logits_bytes(arch, batch_size, max_length, precision)
     # backward's temporaries: the largest of the logits' gradients and the h-sized ones near the embedding
     bd.other = max(8 * x * arch.vocab, 100 * x * arch.hidden + 4 * Vh)
     if not fsdp:
         bd.params, bd.grads, bd.optimizer = 4 * P, 4 * P, 8 * P
+        if grad_acc > 1:  # a later micro-batch's incoming gradient, counted as one before it is added in:
+            bd.grads += 4 * max(Vh, 4 * arch.hidden ** 2)  # the largest parameter's (the tied embedding)
         if sharding == "ddp":
             bd.other += 4 * P  # the all-reduce's gradient copies
-        act_at_peak = bd.activations - (c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0)
+            bd.ddp_buckets = 4 * P  # fp32 like the gradients they copy; outside the tracker's view
+        act_at_peak = act_fwd - (c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0)
         held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
-        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, bd.activations + recomputed_block(arch, x, batch_size,
-                                      max_length, precision, activation_checkpointing))
+        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, act_fwd + recomputed)
         return bd
     # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
     gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + block)
@@ -236,15 +264,13 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
     if offload:
         bd.params = gathered_max
         bd.host_params, bd.host_grads, bd.host_optimizer = stored, 4 * P // n, optim
-        bd.peak = gathered_at_peak + held + bd.activations + max(loss_grad, recomputed_block(
-            arch, x, batch_size, max_length, precision, activation_checkpointing))
+        bd.peak = gathered_at_peak + held + act_fwd + max(loss_grad, recomputed)
         bd.notes.append("offload: sharded params, grads and AdamW states live in host memory")
     else:
         bd.params = stored + gathered_max
         bd.grads = 4 * P // n
         bd.optimizer = optim
-        bd.peak = stored + gathered_at_peak + optim + held + bd.activations + max(loss_grad, recomputed_block(
-            arch, x, batch_size, max_length, precision, activation_checkpointing))
+        bd.peak = stored + gathered_at_peak + optim + held + act_fwd + max(loss_grad, recomputed)
     return bd
 
 
@@ -316,16 +342,17 @@ def bloom_family_arch(hidden: int, layers: int, vocab: int = 250880) -> Arch:
 def largest_model_that_fits(gpu_gb: float, sharding: str = "none", world_size: int = 1, precision: str = "bf16",
                             batch_size: int = 8, max_length: int = 512, offload: bool = False,
                             activation_checkpointing: bool = False, replicas: int = 1) -> Fit:
-    """The BLOOM-family model with the most parameters whose predicted peak fits in `gpu_gb` GiB per
-    GPU — experiment 1 of the seed course, without the trial-and-error OOMs. Only whole rungs of
-    BLOOM_LADDER count: trimming layers off a wide model gives shapes nobody trains."""
+    """The BLOOM-family model with the most parameters whose predicted GPU peak (`gpu_peak`, DDP's
+    buckets included) fits in `gpu_gb` GiB per GPU — experiment 1 of the seed course, without the
+    trial-and-error OOMs. Only whole rungs of BLOOM_LADDER count: trimming layers off a wide model
+    gives shapes nobody trains."""
     budget = gpu_gb * GiB
     best = Fit(0, 0, 0, 0, None)
     for hidden, n_layers in BLOOM_LADDER:
         arch = bloom_family_arch(hidden, n_layers)
         bd = estimate(arch, sharding, world_size, precision, batch_size, max_length, offload,
                       activation_checkpointing, replicas)
-        if bd.total <= budget and arch.params > best.params:
+        if bd.gpu_peak <= budget and arch.params > best.params:
             best = Fit(arch.params, hidden, n_layers, arch.heads, bd)
     return best
 
@@ -339,6 +366,11 @@ def format_breakdown(bd: Breakdown) -> str:
              "per GPU (each category's own peak over a step):"]
     lines += [f"  {k:<12} {mb[k]:>12,.1f} MB" for k in CATEGORIES]
     lines.append(f"  {'peak':<12} {mb['peak']:>12,.1f} MB  ({bd.peak / GiB:.2f} GiB per GPU, most alive at once)")
+    if bd.ddp_buckets:
+        lines.append(f"  {'ddp_buckets':<12} {mb['ddp_buckets']:>12,.1f} MB  (DDP's gradient buckets: the tracker "
+                     "cannot see them, a GPU's allocator does)")
+        lines.append(f"  {'gpu_peak':<12} {mb['gpu_peak']:>12,.1f} MB  ({bd.gpu_peak / GiB:.2f} GiB: peak + buckets, "
+                     "what a GPU must hold)")
     if bd.cpu:
         lines += [f"  {k:<12} {mb[k]:>12,.1f} MB  (host memory per rank)" for k in (*HOST, "host")]
     lines += [f"note: {n}" for n in bd.notes]
@@ -354,7 +386,7 @@ COURSE_CONFIGS = (("one GPU", "none", 1, False, False), ("ddp x4", "ddp", 4, Fal
 
 def course_table(model: str = "bloom-560m", precision: str = "bf16", batch_size: int = 8, max_length: int = 512) -> str:
     """One line per course configuration: MB per GPU by category, peak, and host memory."""
-    cols = (*CATEGORIES, "peak", "host")
+    cols = (*CATEGORIES, "peak", "gpu_peak", "host")
     lines = [f"{model}, {precision}, batch {batch_size} x {max_length} tokens per GPU (MB per GPU):",
              f"  {'config':<24}" + "".join(f"{c:>12}" for c in cols)]
     for label, sharding, world, offload, ac in COURSE_CONFIGS:

@@ -10,9 +10,20 @@ How it runs inside the HF Trainer: a callback enters the tracker (a TorchDispatc
 ONE optimizer step (the second, so AdamW's state already exists as it does at every later step) and
 leaves it at that step's end; forward, backward of every micro-batch, clipping and the optimizer step
 are inside. The tracker raises on a second root forward unless `reset_mod_stats()` is called, so it
-is called after every non-final micro-batch (gradient accumulation). One step with the dispatch
-mode on costs a few times a normal step; the other steps run untouched, which keeps a run within
-10 % of its time (`tensor_mem_overhead_pct` in summary.json says how much it cost).
+is called after every non-final micro-batch (gradient accumulation).
+
+What it costs: the other steps run untouched; `tensor_mem_overhead_pct` in summary.json is the
+tracked step's extra time over the median untracked step, as a share of the training time. The
+tracker itself (a Python call per operator) made a tracked step 2-3x an untracked one on the tiny
+model (DDP with its module-level bookkeeping: 3.3x); two things here bring that to ~1.6-1.9x without
+changing a single figure it measures: `watch_category_peaks` (per-category maxima kept from the
+tracker's own counter updates, its module-level snapshots skipped) and `lean_tree_map` (the outputs of
+each operator visited without rebuilding them). Measured on 2 busy cores (tests/runs.py's runs, the
+course's lengths): 12-step runs at 2 ranks 4.5-8 %, 6-step runs at 4 ranks 4-9 %, where the course
+ran 10-19 % before. The bound is physical for short runs: with a tracked step at ~1.7x, the extra
+0.7 step is ~0.7/(N+1) of an N-step run (12 % at N = 5), less the time training spends outside steps
+(evaluation); and one step's time on a loaded machine varies by more than that. A test holds the
+course's 12-step runs to 10 %.
 
 What is counted: each category's own peak over the measured step (gradients peak after backward,
 activations at the end of forward), and `peak`, the largest sum of all of them at one moment; the
@@ -77,22 +88,77 @@ def split_snapshot(snapshot: dict[torch.device, dict[str, int]], run_device: tor
     return out
 
 
+def category_keys(kind: str, dev: torch.device, run_device: torch.device, offload: bool) -> tuple[str, ...]:
+    """The keys of split_snapshot that one tracker kind on one device adds to (its category, and `peak`,
+    `host` or `unsharded_grads`); () for the tracker's own "Total"."""
+    if kind == "Total":
+        return ()
+    category = TRACKER_TO_CATEGORY.get(kind, "other")
+    on_host = run_device.type != "cpu" and dev.type == "cpu"
+    if on_host or (offload and run_device.type == "cpu" and kind in OFFLOADED):
+        keys: tuple[str, ...] = (f"host_{category if category in OFFLOADED.values() else 'other'}", "host")
+    else:
+        keys = (category, "peak")
+    return (*keys, "unsharded_grads") if kind == "Unsharded Grad" else keys
+
+
 def watch_category_peaks(tracker: Any, run_device: torch.device, offload: bool) -> dict[str, int]:
-    """Each category's own peak over the tracked step, and the peak of their sum (`peak`).
+    """Each category's own peak over the tracked step, and the peak of their sum (`peak`): after every
+    operator, the maximum of what split_snapshot would give for the tracker's running snapshot.
 
     The tracker keeps only the breakdown at the moment of the total's peak, when gradients may not
     exist yet (FSDP frees nothing of them before backward): the course asks how much each category
-    takes, so every update of the tracker's running snapshot also updates per-category maxima."""
-    peaks: dict[str, int] = {}
-    update = tracker._update_peak_stats
+    takes, so per-category maxima are kept beside it. Cheaply, because a tracked step must stay within
+    the overhead budget (see the module docstring):
+    - the category sums follow the tracker's own counter updates (`_update_snap`: allocation, free,
+      change of kind, resize), one addition each, instead of re-summing the snapshot per operator;
+    - the tracker's `_update_peak_stats`, called after every operator, is replaced: it walks every
+      module's stats and deep-copies a snapshot at each new module-level peak, which the course never
+      reads (profiled: ~40 % of a tracked DDP step of the tiny model, more than the rest of the
+      tracking); ours compares the handful of sums with their maxima;
+    - the tracker's other module-level snapshots (a deep copy at each module's forward and backward)
+      are skipped: `get_tracker_snapshot` returns an empty one."""
+    from torch.distributed._tools.mem_tracker import _UpdateType
 
-    def update_and_watch(peak_state: Any) -> None:
-        update(peak_state)
-        for key, nbytes in split_snapshot(tracker._curr_mem_snap, run_device, offload).items():
+    peaks: dict[str, int] = {}
+    sums: dict[str, int] = {}
+    keys_of: dict[tuple[torch.device, str], tuple[str, ...]] = {}
+
+    def add(dev: torch.device, kind: str, nbytes: int) -> None:
+        keys = keys_of.get((dev, kind))
+        if keys is None:
+            keys = keys_of[(dev, kind)] = category_keys(kind, dev, run_device, offload)
+        for key in keys:
+            sums[key] = sums.get(key, 0) + nbytes
+
+    for dev, by_kind in tracker._curr_mem_snap.items():  # what make_tracker already counted
+        for kind, nbytes in by_kind.items():
+            add(dev, kind, nbytes)
+    update_snap = tracker._update_snap
+
+    def update_snap_and_sums(u_type: Any, winfo: Any, old_mem_consumed: int | None = None,
+                             old_reftype: Any = None) -> None:
+        update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        if u_type is _UpdateType.ADD:
+            add(winfo.device, winfo.reftype, winfo.mem_consumed)
+        elif u_type is _UpdateType.DEL:
+            add(winfo.device, winfo.reftype, -winfo.mem_consumed)
+        elif u_type is _UpdateType.REF:
+            add(winfo.device, old_reftype, -winfo.mem_consumed)
+            add(winfo.device, winfo.reftype, winfo.mem_consumed)
+        else:  # SIZE
+            add(winfo.device, winfo.reftype, winfo.mem_consumed - old_mem_consumed)
+
+    def update_peaks(_peak_state: Any = None) -> None:
+        for key, nbytes in sums.items():
             if nbytes > peaks.get(key, 0):
                 peaks[key] = nbytes
 
-    tracker._update_peak_stats = update_and_watch
+    tracker._update_snap = update_snap_and_sums
+    tracker._update_peak_stats = update_peaks
+    tracker.get_tracker_snapshot = lambda type="current": {}  # noqa: A006  (module-level snapshots: unused)
+    tracker.category_sums = sums  # what is alive now, by split_snapshot's keys (a test checks the two agree)
+    update_peaks()
     return peaks
 
 
@@ -145,6 +211,42 @@ def save_fsdp_hooks(root: torch.nn.Module) -> Callable[[], None]:
     return restore
 
 
+TRACKER_MODULES = ("torch.distributed._tools.mem_tracker", "torch.distributed._tools.fsdp2_mem_tracker")
+
+
+def lean_tree_map() -> Callable[[], None]:
+    """Make the trackers walk an operator's outputs without rebuilding them; return the undo.
+
+    The trackers call `tree_map_only(torch.Tensor, track, outputs)` after every operator (and on module
+    inputs and outputs) only for its side effect: all four call sites drop what it returns. The
+    pytree version flattens, rebuilds a tree of Nones and wraps `track` anew with functools.wraps each
+    time (profiled: a third of the tracked step's extra time, DDP on the tiny model). This visits the
+    same tensors in the same order, and returns the tree unchanged, as `tree_map_only_` does."""
+    import importlib
+
+    from torch.utils._pytree import tree_iter
+
+    def tree_map_only_for_effect(types: Any, func: Callable[[Any], Any], tree: Any, is_leaf: Any = None) -> Any:
+        if isinstance(tree, torch.Tensor):  # most operators return one tensor
+            func(tree)
+            return tree
+        for leaf in tree_iter(tree, is_leaf=is_leaf):
+            if isinstance(leaf, types):
+                func(leaf)
+        return tree
+
+    modules = [importlib.import_module(name) for name in TRACKER_MODULES]
+    saved = [module.tree_map_only for module in modules]
+    for module in modules:
+        module.tree_map_only = tree_map_only_for_effect
+
+    def restore() -> None:
+        for module, original in zip(modules, saved):
+            module.tree_map_only = original
+
+    return restore
+
+
 def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
     """FSDP2's tracker for a fully_shard-ed model (it knows sharded from gathered), the generic one otherwise."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
@@ -192,7 +294,8 @@ class TensorMemoryCallback(TrainerCallback):
             model = self.model if self.model is not None else model
             self.tracker = make_tracker(model, optimizer)
             self._peaks = watch_category_peaks(self.tracker, self.device, self.offload)
-            self._restore_hooks = save_fsdp_hooks(model)
+            restore_hooks, restore_tree_map = save_fsdp_hooks(model), lean_tree_map()
+            self._restore_hooks = lambda: (restore_hooks(), restore_tree_map())
             self.tracker.__enter__()
 
     def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -219,8 +322,9 @@ class TensorMemoryCallback(TrainerCallback):
         self.tracker = None
 
     def peak_so_far_mb(self) -> float | None:
-        """The logging step's peak: the CUDA allocator's over training, or the measured tensor peak on CPU
-        (none before the measured step)."""
+        """The logging step's peak: the CUDA allocator's over training, or on CPU the measured step's tensor
+        peak — None in metrics.jsonl's records before the measured step (the second), since nothing else
+        on a CPU counts tensors (docs/design.md says the same)."""
         if self.device.type == "cuda":
             return round(torch.cuda.max_memory_allocated(self.device) / MB, 1)
         return round(self.measured["peak"], 1) if self.measured else None
