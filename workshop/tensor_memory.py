@@ -22,8 +22,8 @@ each operator visited without rebuilding them). Measured on 2 busy cores (tests/
 course's lengths): 12-step runs at 2 ranks 4.5-8 %, 6-step runs at 4 ranks 4-9 %, where the course
 ran 10-19 % before. The bound is physical for short runs: with a tracked step at ~1.7x, the extra
 0.7 step is ~0.7/(N+1) of an N-step run (12 % at N = 5), less the time training spends outside steps
-(evaluation); and one step's time on a loaded machine varies by more than that. A test holds the
-course's 12-step runs to 10 %.
+(evaluation); and one step's time on a loaded machine varies by more than that.
+benchmarks/tensor_memory_overhead.py holds the course's 12-step runs to 10 % on a quiet machine.
 
 What is counted: each category's own peak over the measured step (gradients peak after backward,
 activations at the end of forward), and `peak`, the largest sum of all of them at one moment; the
