@@ -153,11 +153,12 @@ def test_reading_the_answer_key_is_flagged_and_reading_the_tables_is_not() -> No
                        "from workshop.data import encode_for_training\nlab = Lab()\nshown = encode_ok(1)",
               "table": "measured = lab.table('baseline')",
               "reference": "state_reference = {'weights': 4}",
+              "gate-reference": "from workshop.diagnose import diagnose\ngate = lab.find('bandwidth')",
               "test": "checks.value(bytes_per_param, state_reference, 'b')\n"
                       "model = {n: encode_for_training(n) for n in [1]}\ncheckS = model"}
     key = answer_key(locked, {"test"}, ["bytes_per_param = {'weights': 4}"])
-    assert {"state_reference", "model", "checkS", "encode_for_training"} <= key
-    assert not {"lab", "measured", "encode_ok", "shown"} & key
+    assert {"state_reference", "model", "checkS", "encode_for_training", "gate"} <= key
+    assert not {"lab", "measured", "encode_ok", "shown", "diagnose"} & key   # a tool stays the student's
     cells = [Cell(n, src, src) for n, src in locked.items()]
     for source, flagged in (("bytes_per_param = state_reference", "state_reference"),
                             ("def encode(t, e, n):\n    return encode_for_training(t, e, n)", "encode_for_training"),

@@ -186,7 +186,8 @@ def answer_key(locked: dict[str, str], tests: set[str], answers: Iterable[str]) 
     graded test cells, `answers`: the model answers' source (solution cells). A name is the answer key when
     a locked cell binds it and it holds "reference" (`state_reference`), or a test cell binds it
     (`model_ranking`), or a locked cell imports it and only test cells read it (the reference function a
-    test compares with, `encode_for_training`). `lab`, `measured`, `tok` and the other tables and inputs
+    test compares with, `encode_for_training`), or only a reference cell (grade id `*reference*`, such as
+    nb05-gate-reference) binds it and no model answer reads it (`gate`, `largest`, `PSI_GB`). `lab`, `measured`, `tok` and the other tables and inputs
     the lesson shows stay readable."""
     bound_by = {name: _bound(source) for name, source in locked.items()}
     bound = set().union(*bound_by.values()) if bound_by else set()
@@ -202,8 +203,16 @@ def answer_key(locked: dict[str, str], tests: set[str], answers: Iterable[str]) 
             read_elsewhere |= _read(source) - bound_by[name]
     for source in answers:
         read_elsewhere |= _read(source)
+    # the course's reference cells are named so (nb01-predict-reference): what they alone bind is the key
+    in_references: set[str] = set()
+    elsewhere: set[str] = set()
+    for name, names in bound_by.items():
+        if name not in tests:
+            (in_references if "reference" in name.lower() else elsewhere).update(names)
+    answered = set().union(*(_read(source) for source in answers)) if answers else set()
     return {n for n in bound if "reference" in n.lower() or n in in_tests
-            or (n in imported and n in read_by_tests and n not in read_elsewhere)}
+            or (n in imported and n in read_by_tests and n not in read_elsewhere)
+            or (n in in_references and n not in imported and n not in elsewhere and n not in answered)}
 
 
 def _dunder(name: str) -> bool:
