@@ -226,7 +226,7 @@ def _literal_name(node: ast.Call) -> str | None:
     return None
 
 
-def findings(source: str, protected: set[str], modules: set[str], key: set[str] = frozenset()) -> list[tuple[int, str]]:
+def findings(source: str, protected: set[str], modules: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
     """(line, what) for every suspect construct in one cell's source (a cell the student could edit)."""
     tree = parse(source)
     if tree is None:
@@ -307,7 +307,7 @@ def without_hidden_tests(source: str) -> str:
     return re.sub(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", "", source, flags=re.S).strip()
 
 
-def scan_findings(cells: list[Cell], protected: set[str], key: set[str] = frozenset()) -> list[tuple[int, str]]:
+def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
     """(index of the cell in `cells`, "where: what") per finding, for the cells a student could edit or add."""
     modules: set[str] = set()
     for cell in cells:
@@ -330,6 +330,6 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] = frozen
     return reasons
 
 
-def scan_cells(cells: list[Cell], protected: set[str], key: set[str] = frozenset()) -> list[str]:
+def scan_cells(cells: list[Cell], protected: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[str]:
     """One reason per finding, "where: what", for the cells a student could edit or add."""
     return [reason for _, reason in scan_findings(cells, protected, key)]
