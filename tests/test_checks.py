@@ -5,13 +5,14 @@ The real-nbgrader exploit tests are in tests/test_integrity.py."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from workshop import checks
 from workshop.integrity import Placeholder, Replay
-from workshop.scan import Cell, protected_names, scan_cells
+from workshop.scan import Cell, answer_key, protected_names, scan_cells
 
 
 class Anything(float):
@@ -94,6 +95,22 @@ LOCKED = {"setup": "from workshop.lab import Lab\nlab = Lab()",
     ("import IPython\nIPython.core.interactiveshell.InteractiveShell.showtraceback = print", "showtraceback"),
     ("import os\nos.environ.pop('NBGRADER_EXECUTION')", "environment"),
     ("exec('x = 1')", r"\(exec\)"),
+    # by principle, not by a list of known tricks: the ways round a blacklist of names
+    ("import workshop.checks as wc\n_o = wc.number\nwc.__dict__['number'] = lambda a, e, w, **k: _o(e, e, w, **k)",
+     r"`\.__dict__`"),
+    ("import workshop.checks as wc\nvars(wc).update(number=print)", r"vars\(\)"),
+    ("from unittest import mock\nmock.patch.object(checks, 'number', print).start()", "imports unittest"),
+    ("object.__setattr__(checks, 'number', print)", r"`\.__setattr__`"),
+    ("getattr(__import__('s' + 'ys'), 'mod' + 'ules')['workshop.checks'].number = print", "computed name"),
+    ("import importlib\nimportlib.reload(checks)", "importlib"),
+    ("c = checks\nc.number = print", r"assigns the attribute `c\.number`"),
+    ("import workshop.checks as wc\nwc.number = print", r"assigns `wc\.number`"),
+    ("import sys\nx = sys.version", "imports sys"),
+    ("f = getattr\nf(checks, 'number')", "computed name"),
+    ("x = getattr(checks, '__dict__')", "getattr"),
+    ("class A(float):\n    def __ne__(self, o): return False", "defines __ne__"),
+    ("def encode(tok, ex, n):\n    from IPython.display import publish_display_data\n"
+     "    publish_display_data({'application/vnd.fsdp-workshop.answer+json': {}})", "forge"),
 ])
 def test_scan_names_the_tampering(source: str, reason: str) -> None:
     cells = [Cell(name, src, src) for name, src in LOCKED.items()] + [Cell("answer", source)]
@@ -117,3 +134,81 @@ def test_a_student_function_called_by_a_test_cell_is_read_from_its_record() -> N
         checks.value(Placeholder("mask_labels")({"unseen": 1}), [-100, -100, 7, 8], "labels of an unseen example")
     finally:
         checks._replay = None
+
+
+def test_harmless_python_is_not_flagged() -> None:
+    """A student's own class, a docstring, `__name__`, a literal getattr and their own dicts stay unflagged."""
+    honest = ('class Row:\n    """a row"""\n    def __init__(self, x):\n        self.x = x\n    def __repr__(self):\n'
+              '        return f"Row({self.x})"\n'
+              'import math\nscaling = {n: {} for n in [1, 2]}\nscaling[1]["speedup"] = math.sqrt(4)\n'
+              'name = Row.__name__\nem = getattr(Row(1), "x")')
+    cells = [Cell(name, src, src) for name, src in LOCKED.items()] + [Cell("answer", honest)]
+    assert scan_cells(cells, protected_names(LOCKED.values())) == []
+
+
+def test_reading_the_answer_key_is_flagged_and_reading_the_tables_is_not() -> None:
+    """Names the instructor's cells bind for the tests only (a reference, a name a test cell binds, a
+    reference function only tests call) are the answer key; the lab and the measured table are not."""
+    locked = {"setup": "from workshop.lab import Lab\nfrom workshop.data import encode_reference_free as encode_ok\n"
+                       "from workshop.data import encode_for_training\nlab = Lab()\nshown = encode_ok(1)",
+              "table": "measured = lab.table('baseline')",
+              "reference": "state_reference = {'weights': 4}",
+              "gate-reference": "from workshop.diagnose import diagnose\ngate = lab.find('bandwidth')",
+              "test": "checks.value(bytes_per_param, state_reference, 'b')\n"
+                      "model = {n: encode_for_training(n) for n in [1]}\ncheckS = model"}
+    key = answer_key(locked, {"test"}, ["bytes_per_param = {'weights': 4}"])
+    assert {"state_reference", "model", "checkS", "encode_for_training", "gate"} <= key
+    assert not {"lab", "measured", "encode_ok", "shown", "diagnose"} & key   # a tool stays the student's
+    cells = [Cell(n, src, src) for n, src in locked.items()]
+    for source, flagged in (("bytes_per_param = state_reference", "state_reference"),
+                            ("def encode(t, e, n):\n    return encode_for_training(t, e, n)", "encode_for_training"),
+                            ("row = measured.iloc[0]\nx = lab.profile", None)):
+        found = scan_cells([*cells, Cell("answer", source)], protected_names(locked.values()), key)
+        if flagged is None:
+            assert found == []
+        else:
+            assert any(f"reads `{flagged}`" in r and "answer key" in r for r in found), found
+
+
+@pytest.mark.parametrize("path", sorted(Path(__file__).parents[1].glob("solutions/*/*.ipynb")), ids=lambda p: p.stem)
+def test_the_model_answers_trigger_no_finding(path: Path) -> None:
+    """The scan as the review runs it, on the instructor's own answers: an honest notebook is never flagged."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    locked, tests, answers, cells = {}, set(), [], []
+    for c in nb.cells:
+        meta = c.metadata.get("nbgrader", {})
+        if c.cell_type != "code" or "parameters" in c.metadata.get("tags", []):
+            continue
+        if meta.get("solution"):
+            answers.append(c.source)
+            cells.append(Cell(meta["grade_id"], c.source))
+        elif meta.get("locked"):
+            locked[meta["grade_id"]] = c.source
+            tests |= {meta["grade_id"]} if meta.get("grade") else set()
+            cells.append(Cell(meta["grade_id"], c.source, c.source))
+    assert answers and tests
+    key = answer_key(locked, tests, answers)
+    assert any("reference" in k for k in key) or path.stem.startswith(("02", "03")), key
+    assert scan_cells(cells, protected_names(locked.values()), key) == []
+
+
+def test_a_forged_answer_record_is_one_record_too_many() -> None:
+    """A check writes one record: a student's function called by a test cell that publishes its own
+    (the right answer) before the check's (the wrong one) leaves a record over, and the cell fails."""
+    forged = {"kind": "value", "what": "labels", "answer": "[1, 2]"}
+    real = {"kind": "value", "what": "labels", "answer": "[0, 0]"}
+    replay = Replay([forged, real])
+    checks._replay = replay
+    try:
+        checks.value(Placeholder("encode")(1), [1, 2], "labels")   # the forged record passes the check ...
+    finally:
+        checks._replay = None
+    assert replay.left_over() is not None and "forged" in replay.left_over()   # ... and is caught after the cell
+    honest = checks._replay = Replay([real])
+    try:
+        checks.value(Placeholder("encode")(1), [0, 0], "labels")
+    finally:
+        checks._replay = None
+    assert honest.left_over() is None

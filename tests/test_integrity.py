@@ -104,7 +104,33 @@ def _edit_log(jobs: Path) -> None:
     log.write_text("".join(lines))
 
 
-# One student per exploit: (cells appended or inserted, an edit of the saved jobs)
+# The checks passed through with the reference as the answer: the kernel records the reference, so the
+# re-run alone agrees with nbgrader (the audit's hole A)
+PASS_THROUGH = """
+_o, _v, _c = wc.number, wc.value, wc.choice
+wc.__dict__["number"] = lambda a, e, w, **k: _o(e, e, w, **k)
+wc.__dict__["value"] = lambda a, e, w, **k: _v(e, e, w, **k)
+wc.__dict__["choice"] = lambda a, e, w, **k: _c(e, e, w, **k)"""
+
+
+def _ship_helper(jobs: Path) -> None:
+    """helper.py beside the notebook (nbgrader copies it next to the kernel): the pass-through patch,
+    where the scan of the notebook's cells cannot see it."""
+    (jobs.parent / "helper.py").write_text("import workshop.checks as wc\n" + PASS_THROUGH + "\n")
+
+
+# a student function the test cell calls, publishing the right answer as a record of its own
+FORGER = """
+def encode(tok, example, max_length):
+    from IPython.display import publish_display_data
+    what = ("input_ids and labels of unseen examples" if max_length == config.max_length
+            else f"input_ids and labels at max_length {max_length}")
+    right = [encode_for_training(tok, ex, max_length) for ex in unseen]
+    publish_display_data({"application/vnd.fsdp-" + "workshop.answer+json": {"v": 1, "kind": "value", "what": what,
+                                                                            "answer": repr(right)}})
+    return {"input_ids": [], "labels": []}"""
+
+# One student per exploit: (cells appended or inserted, an edit of the saved jobs or of their folder)
 EXPLOITS: dict[str, tuple[list[tuple[str, str]], Callable[[Path], None] | None]] = {
     # zero answers; the old checker redefined in an answer cell, the new one in a cell slipped in
     # after the locked cell that imports it: nbgrader's kernel passes every test
@@ -136,6 +162,18 @@ IPython.core.interactiveshell.InteractiveShell.showtraceback = lambda *a, **k: N
 sys.stderr = open(os.devnull, "w")
 get_ipython().showtraceback = lambda *a, **k: None
 get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")], None),
+    # the checks patched through the module's __dict__ to compare the reference with itself
+    "peggy": ([*ZERO, (FIRST, "import workshop.checks as wc" + PASS_THROUGH)], None),
+    # the same patch in a file handed in beside the notebook, imported by a plain `import helper`
+    "ivan": ([*ZERO, (FIRST, "import helper")], _ship_helper),
+    # a forged answer record, published by the student's function that the test cell calls
+    "victor": ([*ZERO, (FIRST, FORGER)], None),
+    # the answer key read from the instructor's cells: the reference function, the references
+    "walter": ([*ZERO, (FIRST, "def encode(tok, example, max_length):\n"
+                               "    return encode_for_training(tok, example, max_length)"),
+                ("nb01-predict-reference", "bytes_per_param = state_reference\nbloom_560m_state_gb = state_gb_reference"),
+                ("nb01-15-reference", "baseline = {k: reference[k] for k in baseline}\n"
+                                      "squad_epoch_hours = epoch_hours_reference")], None),
     # the answers are read from the table of the edited log: nbgrader's kernel agrees with them
     "frank": ([], _edit_log),
     # alice's own run, handed in by grace as well: her notebook, alice's jobs
@@ -178,6 +216,39 @@ def test_answer_equal_to_anything_wins_nothing(exploits: tuple[Course, dict]) ->
 def test_silenced_tracebacks_win_nothing(exploits: tuple[Course, dict]) -> None:
     columns = exploits[1]["eve"]
     assert_no_points_or_flagged(columns["score"], columns, "showtraceback", "sys.stderr", "exception handler")
+
+
+def test_checks_patched_to_pass_the_reference_through_win_nothing(exploits: tuple[Course, dict]) -> None:
+    """The kernel recorded the reference as every answer, so the re-run agrees with nbgrader; the scan
+    flags the patch, and every test after the patching cell loses its points."""
+    course, rows = exploits
+    columns = rows["peggy"]
+    assert columns["score"] >= full(course) - 2   # all but the hidden `holds` (not patched) in nbgrader's kernel
+    assert_no_points_or_flagged(columns["score"], columns, r"nb01-mask-answer line \d+: uses `\.__dict__`",
+                                r"withheld: it ran after nb01-mask-answer, which the scan flagged")
+
+
+def test_code_shipped_beside_the_notebook_is_not_imported_and_is_named(exploits: tuple[Course, dict]) -> None:
+    """helper.py is copied beside the kernel, but the kernel runs with PYTHONSAFEPATH: `import helper`
+    fails, the zero answers stay zero, and the report names the file."""
+    columns = exploits[1]["ivan"]
+    assert columns["score"] == 0 and columns["verified_score"] == 0, columns
+    assert_no_points_or_flagged(columns["score"], columns, r"the submission holds helper\.py")
+
+
+def test_a_forged_answer_record_wins_nothing(exploits: tuple[Course, dict]) -> None:
+    columns = exploits[1]["victor"]
+    assert_no_points_or_flagged(columns["score"], columns, "publishes display data", "reads `encode_for_training`")
+
+
+def test_the_answer_key_read_from_the_instructors_cells_wins_nothing(exploits: tuple[Course, dict]) -> None:
+    """References computed by locked cells are plain data in the student's namespace: copying them gives
+    nbgrader the right answers; the scan names what was read and the points are withheld."""
+    course, rows = exploits
+    columns = rows["walter"]
+    assert columns["score"] == full(course)
+    assert_no_points_or_flagged(columns["score"], columns, "reads `encode_for_training`", "reads `state_reference`",
+                                "reads `epoch_hours_reference`", "withheld: it ran after")
 
 
 def test_edited_saved_log_wins_nothing(exploits: tuple[Course, dict]) -> None:

@@ -168,22 +168,37 @@ def test_count_columns_print_as_integers() -> None:
 
 
 @pytest.mark.slow
-def test_two_nodes_printing_the_same_metrics_give_global_rank_0s(runs) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("rank0_task", [0, 1])
+def test_two_nodes_printing_the_same_metrics_give_global_rank_0s(runs, rank0_task: int) -> None:  # noqa: ANN001
     """A real two-node run's output as `srun --label` writes it (`0: {...}`, `1: {...}`, interleaved): the
-    table reads the node that holds global rank 0, and its notes say so."""
+    table reads the node that holds global rank 0, and its notes say so. With c10d rendezvous rank 0 may
+    be on either task: the task that printed the rank-0 lines (WORKSHOP_*, `[workshop]`) is the one read."""
     from workshop.logs import parse_text as parse
 
     two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
     rank0 = next(x for x in two.node_logs if "WORKSHOP_SUMMARY" in x)   # only global rank 0 prints it
     other = next(x for x in two.node_logs if x is not rank0)
-    labelled = [[f"{task}: {line}" for line in text.splitlines()] for task, text in ((0, rank0), (1, other))]
+    tasks = ((rank0_task, rank0), (1 - rank0_task, other))
+    labelled = [[f"{task}: {line}" for line in text.splitlines()] for task, text in sorted(tasks)]
     interleaved = [line for pair in zip(*labelled) for line in pair]
     interleaved += labelled[0][len(labelled[1]):] + labelled[1][len(labelled[0]):]
     throughput = [parse(t).final_record.values["train_samples_per_second"] for t in (rank0, other)]
     assert throughput[0] != throughput[1], "each node prints its own Trainer figures"
-    # without the summary line only the Trainer's dicts are left: task 1's must not be read
+    # without the summary line only the Trainer's dicts are left: the other task's must not be read
     trainer_only = "\n".join(x for x in interleaved if "WORKSHOP_" not in x)
     for text, expected in ((trainer_only, throughput[0]), ("\n".join(interleaved), two.summary["train_samples_per_s"])):
         df = tables.baseline_table([parse(text, "two_nodes")], predicted_mem_mb=False)
         assert df.iloc[0]["train_samples_per_s"] == expected
         assert any("global rank 0 only" in n for n in df.attrs["notes"]), df.attrs["notes"]
+
+
+def test_rank_0_is_the_task_that_printed_the_summary() -> None:
+    """`srun --label` numbers tasks, not global ranks: here task 1 holds rank 0 (it alone prints the
+    WORKSHOP_SUMMARY line), so its Trainer dict and its summary are the run's, not task 0's."""
+    text = ("0: {'train_runtime': '4.0', 'train_samples_per_second': '5.0', 'train_loss': '2.0', 'epoch': '2.0'}\n"
+            "1: {'train_runtime': '4.0', 'train_samples_per_second': '9.0', 'train_loss': '2.0', 'epoch': '2.0'}\n"
+            '1: WORKSHOP_SUMMARY {"status": "completed", "train_samples_per_s": 9.0}\n')
+    log = parse_text(text, "rank0_on_task1")
+    assert log.summary == {"status": "completed", "train_samples_per_s": 9.0}
+    assert log.final_record.values["train_samples_per_second"] == 9.0
+    assert log.rank_note is not None and log.rank_note.startswith("figures from global rank 0 only (the lines labelled 1:)")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -170,7 +171,15 @@ class HideModelAnswers(Preprocessor):
 _apis: dict[tuple[Path, Path], Any] = {}
 
 
+def safe_path() -> None:
+    """Kernels started from here do not put their folder first on sys.path (Python 3.11's PYTHONSAFEPATH,
+    which IPython honours too): nbgrader runs each notebook in a copy of the student's folder, where a
+    `workshop/`, `helper.py` or `ipykernel_launcher.py` handed in would otherwise replace the real one."""
+    os.environ["PYTHONSAFEPATH"] = "1"
+
+
 def _worker_api(root: Path, db: Path) -> Any:
+    safe_path()
     if (root, db) not in _apis:
         from nbgrader.apps import NbGraderAPI
 

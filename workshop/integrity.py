@@ -15,8 +15,12 @@ submission:
    exist only as the plain-data records `workshop.checks` left in the autograded notebook, and each
    check takes its answer from there (a missing record is a wrong answer). References are recomputed
    by the course's code from the saved logs; a job whose seal is broken is not read;
-3. cell by cell, points nbgrader gave where the re-run fails are withheld, with the reason;
-4. the cells the student could edit are scanned for tampering (`workshop.scan`).
+3. the cells the student could edit are scanned for tampering (`workshop.scan`), and the submission
+   folder for files besides the notebook, jobs/ and the course's tables and plots;
+4. cell by cell, points nbgrader gave are withheld, with the reason, where the re-run fails, where the
+   cell's output holds more answer records than its checks write (a forged record), or where the test
+   ran after a cell the scan flagged: a patched checker can make the kernel record the reference as the
+   answer, and then the re-run alone would agree with nbgrader.
 
 Limits: a student's code runs in nbgrader's kernel with the grader's Unix rights, so it could write
 to the grader's own files; run autograde in a sandbox (another user, a container) to close that.
@@ -41,7 +45,7 @@ from typing import Any, Iterator
 
 from workshop import checks
 from workshop.budget import instructor_original, instructor_roots_of
-from workshop.scan import Cell, bound_names, protected_names, scan_cells
+from workshop.scan import Cell, answer_key, bound_names, protected_names, scan_findings
 from workshop.verify import KEY_ENV, digest, read_log, read_metrics
 
 
@@ -96,6 +100,15 @@ class Replay:
     def __init__(self, records: list[Any]) -> None:
         self.records = records
         self.taken = 0
+
+    def left_over(self) -> str | None:
+        """After the cell: records no check took. A check records exactly one answer each, so one more is
+        a forged record (a student's function called by the test cell can publish display data)."""
+        extra = len(self.records) - self.taken
+        if extra <= 0:
+            return None
+        return (f"{extra} more answer record(s) than the test's checks made: a record was forged (the cell's output "
+                "holds answers no check wrote)")
 
     def take(self, kind: str, what: str) -> Any:
         if self.taken >= len(self.records):
@@ -244,7 +257,7 @@ def rerun(cells: list[SourceCell], params: dict[str, Any], records: dict[str, li
                     namespace.update({n: Placeholder(n) for n in bound_names(cell.source)})
                     continue
                 is_test = cell.points is not None
-                checks._replay = Replay(records.get(cell.name, [])) if is_test else None
+                replay = checks._replay = Replay(records.get(cell.name, [])) if is_test else None
                 error = None
                 try:
                     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -253,6 +266,8 @@ def rerun(cells: list[SourceCell], params: dict[str, Any], records: dict[str, li
                     error = str(e) if isinstance(e, AssertionError) and str(e) else f"{type(e).__name__}: {e}"
                 finally:
                     checks._replay = None
+                if replay is not None and error is None and (forged := replay.left_over()):
+                    error = forged
                 if is_test:
                     if error and first_failure and error.startswith("NameError"):
                         error = f"an earlier cell failed: {first_failure}"
@@ -304,20 +319,28 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
     autograded = nbformat.read(autograded_path, as_version=4)
     # the scan: cells the student could edit, and locked cells they changed
     locked = {c.name: c.source for c in cells if c.cell_type == "code" and c.locked and not c.solution}
-    present, to_scan = set(), []
+    tests = {c.name for c in cells if c.points is not None}
+    key = answer_key(locked, tests, [c.source for c in cells if c.solution and c.cell_type == "code"])
+    present, to_scan, where = set(), [], {}
     defaults = release_parameters(root, assignment, notebook)
     for i, cell in enumerate(submitted.cells, 1):
         if cell.cell_type != "code":
             continue
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        where.setdefault(grade_id, i)
         values = literal_assignments(cell.source) if is_parameters(cell) else None
         if values is not None:   # the parameters cell, as data: say what differs from the release
             review.reasons += [f"parameters cell: {k} = {v!r} (the release has {defaults.get(k)!r})"
                                for k, v in values.items() if defaults is not None and defaults.get(k) != v]
             continue
-        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
         present.add(grade_id)
-        to_scan.append(Cell(grade_id or f"cell {i} (no grade id)", cell.source, locked.get(grade_id)))
-    review.reasons += scan_cells(to_scan, protected_names(locked.values()))
+        to_scan.append((i, Cell(grade_id or f"cell {i} (no grade id)", cell.source, locked.get(grade_id))))
+    found = scan_findings([c for _, c in to_scan], protected_names(locked.values()), key)
+    review.reasons += [reason for _, reason in found]
+    # the first cell the student wrote that the scan flagged: what nbgrader scored after it ran in a
+    # kernel that cell could have changed (an edited locked cell is not one: nbgrader ran the original)
+    flagged = [(to_scan[j][0], to_scan[j][1].label) for j, _ in found if to_scan[j][1].locked_source is None]
+    first_flag = min(flagged, default=None)
     review.reasons += [f"{c.name}: this test cell was deleted" for c in cells
                        if c.points is not None and c.name not in present]
     # the independent re-run, compared with nbgrader cell by cell
@@ -330,12 +353,57 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
         if grade.name not in verdicts:
             continue
         why = verdicts[grade.name]
+        if why is None and first_flag is not None and where.get(grade.name, 0) > first_flag[0]:
+            why = f"it ran after {first_flag[1]}, which the scan flagged (look at that cell, then give the points by hand)"
         if why is not None and given > 0:
             review.withheld += given
             review.reasons.append(f"{grade.name}: nbgrader gave {given:g} point(s), withheld: {why}")
         elif why is None and given < float(grade.max_score):
             review.reasons.append(f"{grade.name}: the independent check passes where nbgrader gave {given:g} of "
                                   f"{float(grade.max_score):g}: look at the cell's output")
+
+
+# What a submission folder holds besides its notebooks and jobs/: what the course's own code writes there
+COURSE_OUTPUTS = {"tables": {".csv"}, "plots": {".png"}}
+
+
+def written_files(gb: Any, notebooks: list[str], assignment: str) -> set[str]:
+    """The `.py` files the model answers write beside the notebook (`job_settings(fn, "shard_model.py")`)."""
+    names: set[str] = set()
+    for notebook in notebooks:
+        for cell in source_cells(gb, notebook, assignment):
+            if cell.solution and cell.cell_type == "code":
+                try:
+                    tree = ast.parse(cell.source)
+                except SyntaxError:
+                    continue
+                names |= {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                          and n.value.endswith(".py") and "/" not in n.value}
+    return names
+
+
+def shipped_files(folder: Path, written: set[str]) -> list[str]:
+    """Files in the submission that are neither a notebook, nor a saved job, nor what the course writes.
+
+    nbgrader copies the whole folder into the folder the autograde kernel runs in; there a `workshop/`
+    package, a `helper.py` or an `ipykernel_launcher.py` would be imported in place of the real one,
+    were the current folder on sys.path (`workshop.grade` runs the kernels with PYTHONSAFEPATH=1 so that
+    it is not). Named, so the instructor sees what was handed in besides the notebook."""
+    out = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        top = rel.parts[0]
+        if path.is_dir() or top in ("jobs", ".ipynb_checkpoints"):
+            continue
+        if len(rel.parts) == 1 and (path.suffix == ".ipynb" or path.name in written):
+            continue
+        if len(rel.parts) == 2 and path.suffix in COURSE_OUTPUTS.get(top, set()):
+            continue
+        if len(rel.parts) == 2 and top == "__pycache__" and path.name.split(".")[0] + ".py" in written:
+            continue   # the bytecode Python caches of a file the notebook wrote and loaded
+        out.append(f"the submission holds {rel.as_posix()}, which is not the notebook, jobs/ or a table or plot the "
+                   "course writes (code shipped beside the notebook: look at it; it was not on the kernel's path)")
+    return out
 
 
 def review_class(root: Path, db: Path, assignments: list[str]) -> list[Review]:
@@ -355,8 +423,10 @@ def review_class(root: Path, db: Path, assignments: list[str]) -> list[Review]:
             batch = []
             folders = sorted((root / "submitted").glob(f"*/{assignment}"))
             instructor = instructor_roots_of(f for folder in folders for f in (folder / "jobs").glob("*/"))
+            written = written_files(gb, notebooks, assignment) if notebooks else set()
             for folder in folders:
                 review = Review(folder.parent.name, assignment, reasons=[why] if why else [])
+                review.reasons += shipped_files(folder, written)
                 for job in sorted((folder / "jobs").glob("*/")):
                     review.reasons += [f"job {job.name}: {p}" for p in seal_problems(job, key)]
                     if (d := run_digest(job)) is not None:

@@ -179,15 +179,17 @@ class ParsedLog:
     slurm: list[SlurmEvent] = field(default_factory=list)
     bad_lines: list[int] = field(default_factory=list)  # records that were there but would not parse
     missing: list[str] = field(default_factory=list)
-    record_ranks: list[int] = field(default_factory=list)  # ranks that printed metrics; only the lowest is read
+    # the labels that printed metrics, global rank 0's first: only its lines are read
+    record_ranks: list[int] = field(default_factory=list)
 
     @property
     def rank_note(self) -> str | None:
         """Says whose figures these are when several ranks or nodes printed the same metrics."""
         if len(self.record_ranks) < 2:
             return None
-        return (f"figures from global rank {self.record_ranks[0]} only: ranks "
-                f"{', '.join(map(str, self.record_ranks))} each printed the run's metrics")
+        first = self.record_ranks[0]
+        return (f"figures from global rank 0 only{f' (the lines labelled {first}:)' if first != 0 else ''}: ranks "
+                f"{', '.join(map(str, sorted(self.record_ranks)))} each printed the run's metrics")
 
     # Views the tables and diagnose use.
     @property
@@ -416,9 +418,19 @@ def parse_log(source: str | Path) -> ParsedLog:
     return parse_text(text, name)
 
 
+# lines only the training script's global rank 0 prints: the label in front of them is rank 0's
+_RANK0_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_RUN_ARGS", "WORKSHOP_DIGEST", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT",
+                  "[workshop] ")
+
+
 def _record_ranks(lines: list[LogLine]) -> list[int]:
-    """The ranks (`srun --label` / `[rankN]:` prefixes) whose lines hold the run's metrics."""
-    return sorted({ln.rank for ln in lines if ln.rank is not None and any(m in ln.text for m in _RECORD_MARKERS)})
+    """The labels (`srun --label` / `[rankN]:` prefixes) whose lines hold the run's metrics, global rank 0's
+    first. A label is a Slurm task id, not a global rank: with c10d rendezvous the node that holds rank 0
+    can be any task. Only rank 0 prints WORKSHOP_* and `[workshop]` lines, so the label in front of them
+    is rank 0's; without them (a log cut short), the lowest label is taken."""
+    ranks = sorted({ln.rank for ln in lines if ln.rank is not None and any(m in ln.text for m in _RECORD_MARKERS)})
+    zero = next((ln.rank for ln in lines if ln.rank in ranks and any(m in ln.text for m in _RANK0_MARKERS)), None)
+    return ranks if zero is None else [zero, *(r for r in ranks if r != zero)]
 
 
 def parse_text(text: str, name: str = "<text>") -> ParsedLog:

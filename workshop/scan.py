@@ -7,7 +7,18 @@ import, make an answer compare equal to anything, or hide the tracebacks by whic
 failed test. The independent re-run (`workshop.integrity`) already withholds the points such code
 wins; this scan says *why*, in one line per finding, for the instructor to read.
 
-It reads code, it does not run it: a finding is a reason to look, not a proof.
+It reads code, it does not run it: a finding is a reason to look, not a proof. It works by
+principle rather than by a list of known tricks: an exercise's answer is arithmetic on the notebook's
+tables and the student's own functions, so in a cell the student wrote
+
+- any dunder (`__dict__`, `__setattr__`, `__globals__`, a `def __eq__`, ...) but a few harmless ones,
+- reflection by name (`setattr`, `vars`, `globals`, `exec`, `getattr` with a computed name, ...),
+- an import of the interpreter's machinery (`sys`, `importlib`, `unittest.mock`, `ctypes`, `gc`, ...),
+- any attribute assignment outside the student's own class, or an item assigned into a module,
+- a read of the answer key: a name the instructor's cells bind for the tests only (`*reference*`,
+  names a test cell binds, names only test cells read)
+
+is a finding. `workshop.integrity` withholds the points of every test that runs after a flagged cell.
 """
 
 from __future__ import annotations
@@ -41,11 +52,26 @@ SUSPECT_NAMES = {
                    "exception handlers",
     "redirect_stdout": "redirects stdout", "redirect_stderr": "redirects stderr",
 }
+SUSPECT_NAMES.update({
+    "getattr": "reads an attribute by a computed name (getattr)",   # a literal name is read as an attribute
+    "publish_display_data": "publishes display data (could forge an answer record)",
+})
 SUSPECT_MODULES = {
     "builtins": "imports builtins", "importlib": "imports importlib (reloads or replaces modules)",
     "ctypes": "imports ctypes", "gc": "imports gc (finds objects to patch)", "inspect": "imports inspect",
     "subprocess": "starts processes", "atexit": "imports atexit", "signal": "imports signal",
+    "sys": "imports sys (sys.modules, sys.stderr, hooks)", "unittest": "imports unittest (mock.patch replaces objects)",
+    "types": "imports types (builds modules and functions)", "threading": "imports threading",
+    "multiprocessing": "starts processes", "runpy": "runs code by module name", "pickle": "imports pickle",
+    "marshal": "imports marshal", "code": "imports code (runs generated code)", "codeop": "compiles generated code",
+    "operator": "imports operator (attrgetter, setitem on modules)"
 }
+# Dunders an answer may use: a function's name and docstring, a package's version
+HARMLESS_DUNDERS = {"__name__", "__doc__", "__version__", "__qualname__"}
+# Dunder methods a student's own small class may define: construction and printing decide no comparison
+HARMLESS_DUNDER_DEFS = {"__init__", "__repr__", "__str__", "__post_init__"}
+DUNDER = re.compile(r"^__\w+__$")
+ANSWER_RECORD = "vnd.fsdp-workshop.answer"   # the MIME type of checks' answer records (workshop.checks.MIME)
 COMPARISON_DUNDERS = {"__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__bool__", "__float__",
                       "__int__", "__index__", "__abs__", "__sub__", "__rsub__", "__round__", "__hash__",
                       "__getattr__", "__getattribute__", "__getitem__", "__instancecheck__"}
@@ -148,23 +174,102 @@ def _dotted(node: ast.AST) -> str:
         return "an attribute"
 
 
-def findings(source: str, protected: set[str], modules: set[str]) -> list[tuple[int, str]]:
-    """(line, what) for every suspect construct in one cell's source."""
+def _imported(source: str) -> set[str]:
+    tables = _tables(source)
+    return set() if tables is None else {s.get_name() for s in tables[0].get_symbols() if s.is_imported()}
+
+
+def answer_key(locked: dict[str, str], tests: set[str], answers: Iterable[str]) -> set[str]:
+    """Names the instructor's cells bind for the tests only: what a student's cell has no reason to read.
+
+    `locked`: every locked cell's source by grade id (test cells included), `tests`: the grade ids of the
+    graded test cells, `answers`: the model answers' source (solution cells). A name is the answer key when
+    a locked cell binds it and it holds "reference" (`state_reference`), or a test cell binds it
+    (`model_ranking`), or a locked cell imports it and only test cells read it (the reference function a
+    test compares with, `encode_for_training`), or only a reference cell (grade id `*reference*`, such as
+    nb05-gate-reference) binds it and no model answer reads it (`gate`, `largest`, `PSI_GB`). `lab`, `measured`, `tok` and the other tables and inputs
+    the lesson shows stay readable."""
+    bound_by = {name: _bound(source) for name, source in locked.items()}
+    bound = set().union(*bound_by.values()) if bound_by else set()
+    imported = set().union(*(_imported(src) for n, src in locked.items() if n not in tests)) if locked else set()
+    in_tests: set[str] = set()
+    read_by_tests: set[str] = set()
+    read_elsewhere: set[str] = set()
+    for name, source in locked.items():
+        if name in tests:
+            in_tests |= bound_by[name]
+            read_by_tests |= _read(source)
+        else:
+            read_elsewhere |= _read(source) - bound_by[name]
+    for source in answers:
+        read_elsewhere |= _read(source)
+    # the course's reference cells are named so (nb01-predict-reference): what they alone bind is the key
+    in_references: set[str] = set()
+    elsewhere: set[str] = set()
+    for name, names in bound_by.items():
+        if name not in tests:
+            (in_references if "reference" in name.lower() else elsewhere).update(names)
+    answered = set().union(*(_read(source) for source in answers)) if answers else set()
+    return {n for n in bound if "reference" in n.lower() or n in in_tests
+            or (n in imported and n in read_by_tests and n not in read_elsewhere)
+            or (n in in_references and n not in imported and n not in elsewhere and n not in answered)}
+
+
+def _dunder(name: str) -> bool:
+    return bool(DUNDER.match(name)) and name not in HARMLESS_DUNDERS
+
+
+def _literal_name(node: ast.Call) -> str | None:
+    """getattr(obj, "name"): the name when it is a literal, else None."""
+    if len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str):
+        return node.args[1].value
+    return None
+
+
+def findings(source: str, protected: set[str], modules: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+    """(line, what) for every suspect construct in one cell's source (a cell the student could edit)."""
     tree = parse(source)
     if tree is None:
         return []
     out: list[tuple[int, str]] = []
-    rebound = protected & _bound(source)   # a comprehension's `name` or a function's local is not the test's
+    own = _bound(source)
+    rebound = protected & own   # a comprehension's `name` or a function's local is not the test's
+    for name in sorted((key - own) & _read(source)):
+        out.append((0, f"reads `{name}`, which the instructor's cells bind for the tests (the answer key)"))
+    # the student's own modules (import x as y) and classes: where an attribute assignment lands
+    imported = set(modules)
+    classes: list[ast.ClassDef] = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ClassDef):
+            classes.append(node)
+    in_class = {id(n) for c in classes for n in ast.walk(c)}
+    plain_getattr = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+                     and n.func.id == "getattr" and _literal_name(n) is not None}   # getattr(x, "name")
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in rebound:
             out.append((line, f"rebinds `{node.id}`, which the test cells use"))
-        elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES:
+        elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES and id(node) not in plain_getattr:
             out.append((line, SUSPECT_NAMES[node.id]))
+        elif isinstance(node, ast.Name) and _dunder(node.id):
+            out.append((line, f"uses `{node.id}` (interpreter internals)"))
+        elif isinstance(node, ast.Call) and id(node.func) in plain_getattr:
+            name = _literal_name(node) or ""
+            if _dunder(name) or name in SUSPECT_ATTRIBUTES:
+                out.append((line, f"reads `{name}` by getattr (interpreter internals)"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and ANSWER_RECORD in node.value:
+            out.append((line, "names the answer records' MIME type (forges an answer record)"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _dunder(node.value):
+            out.append((line, f"names `{node.value}` in a string (interpreter internals by name)"))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in rebound:
             out.append((line, f"redefines `{node.name}`, which the test cells use"))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in COMPARISON_DUNDERS:
-            out.append((line, f"defines {node.name}: an object that can pass a comparison or lookup it should fail"))
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _dunder(node.name) \
+                and node.name not in HARMLESS_DUNDER_DEFS:
+            out.append((line, f"defines {node.name}: an object that can pass a comparison or lookup it should fail"
+                        if node.name in COMPARISON_DUNDERS else f"defines {node.name} (changes how Python treats "
+                                                                "the object)"))
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in names:
@@ -176,13 +281,24 @@ def findings(source: str, protected: set[str], modules: set[str]) -> list[tuple[
                                       "cells use"))
                 if a.name in SUSPECT_NAMES:
                     out.append((line, SUSPECT_NAMES[a.name]))
+                if _dunder(a.name):
+                    out.append((line, f"imports `{a.name}` (interpreter internals)"))
         elif isinstance(node, ast.Attribute):
             if node.attr in SUSPECT_ATTRIBUTES:
                 out.append((line, SUSPECT_ATTRIBUTES[node.attr]))
+            elif _dunder(node.attr):
+                out.append((line, f"uses `.{node.attr}` (interpreter internals)"))
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 root = _root(node)
-                if root in modules or root in protected or root in MODULE_ROOTS:
+                if root in imported or root in protected or root in MODULE_ROOTS:
                     out.append((line, f"assigns `{_dotted(node)}` (patches a module or an object the tests use)"))
+                elif id(node) not in in_class:   # `self.x = ...` in the student's own class is theirs
+                    out.append((line, f"assigns the attribute `{_dotted(node)}` (an answer needs no attribute "
+                                      "assignment)"))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            root = _root(node)
+            if root in imported or root in MODULE_ROOTS:
+                out.append((line, f"assigns `{_dotted(node)}` (patches a module)"))
     return out
 
 
@@ -191,8 +307,8 @@ def without_hidden_tests(source: str) -> str:
     return re.sub(r"[ \t]*### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS[ \t]*\n?", "", source, flags=re.S).strip()
 
 
-def scan_cells(cells: list[Cell], protected: set[str]) -> list[str]:
-    """One reason per finding, "where: what", for the cells a student could edit or add."""
+def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+    """(index of the cell in `cells`, "where: what") per finding, for the cells a student could edit or add."""
     modules: set[str] = set()
     for cell in cells:
         tree = parse(cell.locked_source or cell.source)
@@ -200,15 +316,20 @@ def scan_cells(cells: list[Cell], protected: set[str]) -> list[str]:
             for node in ast.walk(tree):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     modules.update((a.asname or a.name).split(".")[0] for a in node.names)
-    reasons: list[str] = []
-    for cell in cells:
+    reasons: list[tuple[int, str]] = []
+    for i, cell in enumerate(cells):
         if cell.locked_source is not None:
             if cell.source.strip() not in (cell.locked_source.strip(), without_hidden_tests(cell.locked_source)):
-                reasons.append(f"{cell.label}: a locked cell was edited (nbgrader ran the original)")
+                reasons.append((i, f"{cell.label}: a locked cell was edited (nbgrader ran the original)"))
             continue
         seen: set[str] = set()
-        for line, what in sorted(findings(cell.source, protected, modules)):
+        for line, what in sorted(findings(cell.source, protected, modules, key)):
             if what not in seen:
                 seen.add(what)
-                reasons.append(f"{cell.label} line {line}: {what}")
+                reasons.append((i, f"{cell.label} line {line}: {what}" if line else f"{cell.label}: {what}"))
     return reasons
+
+
+def scan_cells(cells: list[Cell], protected: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """One reason per finding, "where: what", for the cells a student could edit or add."""
+    return [reason for _, reason in scan_findings(cells, protected, key)]
