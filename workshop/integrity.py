@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from workshop import checks
-from workshop.budget import instructor_original, instructor_roots_of
+from workshop.slurm.shared import instructor_original, instructor_roots_of
 from workshop.scan import Cell, answer_key, bound_names, protected_names, scan_findings
 from workshop.verify import KEY_ENV, digest, read_log, read_metrics
 

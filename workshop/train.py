@@ -13,13 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
+from workshop.checkpoints import latest_checkpoint, records_until, seal
 from workshop.config import ConfigError, RunConfig, add_config_arguments, config_from_args, read_file
 from workshop.run_record import say
 
@@ -154,33 +154,6 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
     )
     kwargs.update(trainer_sharding_kwargs(cfg))
     return TrainingArguments(**kwargs)
-
-
-CHECKPOINT = re.compile(r"checkpoint-(\d+)")
-
-
-def latest_checkpoint(out: Path) -> tuple[Path, int] | None:
-    """The newest complete checkpoint in `out`: the highest checkpoint-N that has its trainer_state.json
-    (written after the model and optimizer shards, so a job killed mid-save leaves no half checkpoint
-    to resume from)."""
-    found = []
-    for path in out.glob("checkpoint-*"):
-        m = CHECKPOINT.fullmatch(path.name)
-        if m and (path / "trainer_state.json").is_file():
-            found.append((int(m.group(1)), path))
-    if not found:
-        return None
-    step, path = max(found)
-    return path, step
-
-
-def records_until(path: Path, step: int) -> list[dict[str, Any]]:
-    """metrics.jsonl's records up to the checkpoint's step: the steps trained after it are done again
-    by the resumed run, and must not be counted twice."""
-    if not path.is_file():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [r for r in records if r.get("step", 0) <= step]
 
 
 def configure_wandb(cfg: RunConfig) -> None:
@@ -396,21 +369,6 @@ def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> floa
         total += r["loss"] * (r["step"] - last)
         last = r["step"]
     return total / last if last else float(result.training_loss)
-
-
-def seal(out: Path) -> dict[str, Any]:
-    """Write run/digest.json over this job's id, summary.json and metrics.jsonl, and print it as the
-    WORKSHOP_DIGEST line, so `workshop verify` can tell these numbers from edited ones. With the
-    site's secret WORKSHOP_DIGEST_KEY it is an HMAC a student cannot recompute; without, a plain
-    SHA-256 that only catches careless edits (see workshop/verify.py)."""
-    from workshop import verify
-
-    summary = json.loads((out / "summary.json").read_text())
-    sealed = verify.digest(os.environ.get("SLURM_JOB_ID", ""), summary, verify.read_metrics(out / "metrics.jsonl"),
-                           os.environ.get(verify.KEY_ENV) or None)
-    (out / "digest.json").write_text(json.dumps(sealed, indent=1) + "\n")
-    say("WORKSHOP_DIGEST " + json.dumps(sealed))
-    return sealed
 
 
 def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:

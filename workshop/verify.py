@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import hashlib
-import hmac
 import json
 import os
 import re
@@ -44,35 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from workshop.checkpoints import KEY_ENV, digest, read_metrics
 from workshop.logs import json_obj
 from workshop.profiles import ProfileError
 
-KEY_ENV = "WORKSHOP_DIGEST_KEY"
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
 LOCAL_SKEW_S = 5.0          # local jobs: submission and log share one clock (a pending job may start late)
 _LOG_NAME = re.compile(r"slurm-((?:local-)?\d+)\.out")
-
-
-# ---------------------------------------------------------------------------------------- digest
-def canonical(job_id: str, summary: dict[str, Any], metrics: list[dict[str, Any]]) -> bytes:
-    """The bytes the digest covers: parsed values, so formatting changes nothing and a number does."""
-    return json.dumps({"job_id": str(job_id), "summary": summary, "metrics": metrics},
-                      sort_keys=True, separators=(",", ":")).encode()
-
-
-def digest(job_id: str, summary: dict[str, Any], metrics: list[dict[str, Any]], key: str | None = None) -> dict[str, Any]:
-    """digest.json's content: HMAC-SHA256 with the site key when there is one, else plain SHA-256."""
-    data = canonical(job_id, summary, metrics)
-    if key:
-        value, algorithm = hmac.new(key.encode(), data, hashlib.sha256).hexdigest(), "hmac-sha256"
-    else:
-        value, algorithm = hashlib.sha256(data).hexdigest(), "sha256"
-    return {"job_id": str(job_id), "algorithm": algorithm, "keyed": bool(key), "digest": value,
-            "covers": ["job id", "summary.json", "metrics.jsonl"]}
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
 
 
 # ---------------------------------------------------------------------------------------- the checks
@@ -296,7 +272,7 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
     """Check every submitted job; `users` maps a submission folder name to its Unix user (default: same).
     `profile` names the site profile whose instructor_jobs folder holds the instructor-run jobs (default:
     $WORKSHOP_PROFILE's, and the profiles of this checkout the jobs name)."""
-    from workshop.budget import instructor_original, instructor_roots
+    from workshop.slurm.shared import instructor_original, instructor_roots
 
     users = users or {}
     verdicts = job_folders(submissions)

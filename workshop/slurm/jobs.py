@@ -20,12 +20,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from workshop import budget, wrap_function
+from workshop import wrap_function
 from workshop.config import ConfigError, RunConfig, load_config
 from workshop.profiles import Profile, load_profile
 from workshop.slurm import local_backend, slurm_backend
 from workshop.slurm.records import JobRecord, JobState, find_record, now
 from workshop.slurm.render import render
+from workshop.slurm.shared import link_shared, shared_job
 from workshop.slurm.steps import check_fits, get_step, step_config
 
 # A job needs room for its log, run records and (with checkpointing) more; below this, refuse to submit
@@ -249,7 +250,7 @@ class Submission:
         """Write the job's folder and hand it to the backend (or find the job already there)."""
         cfg, prof, job_dir = self.cfg, self.prof, self.job_dir
         if self.shared is not None:     # this costly job is the instructor's, read here
-            budget.link_shared(job_dir, self.shared)
+            link_shared(job_dir, self.shared)
             return Job(JobRecord.load(self.shared))
         if self.resubmit or cfg.resume or not (job_dir / "job.json").is_file():   # re-running a cell needs no room
             check_writable(job_dir.parent)
@@ -302,7 +303,7 @@ def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Pr
     job_dir = jobs_root / f"{step}-{job_key(step, cfg, prof, job_name)}"
     cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run"), "resume": resume or cfg.resume})
     linked = job_dir.is_symlink() or not job_dir.exists()
-    shared = budget.shared_job(prof, cfg, jobs_root, job_dir.name) if linked else None
+    shared = shared_job(prof, cfg, jobs_root, job_dir.name) if linked else None
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
     return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared)
 
@@ -343,7 +344,7 @@ def check_writable(jobs_root: Path, min_free_mb: int = MIN_FREE_MB) -> None:
 
 def _check_resumable(job_dir: Path) -> None:
     """Refuse a resume that could only start over: no earlier job here, or no checkpoint in its run/."""
-    from workshop.train import latest_checkpoint
+    from workshop.checkpoints import latest_checkpoint
 
     if not (job_dir / "job.json").is_file():
         raise ConfigError("resume", f"there is no earlier job of this step and config in {str(job_dir)!r}",

@@ -16,12 +16,27 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from workshop.slurm.records import JobState
+from workshop.slurm.records import JobRecord, JobState
 
-if TYPE_CHECKING:
-    from workshop.slurm.jobs import Job
+
+class Job(Protocol):
+    """What watching needs of a job (`workshop.slurm.jobs.Job` has it). A protocol, not an import: the
+    job API imports this module to wait, and nothing here imports the job API back."""
+
+    record: JobRecord
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    def state(self) -> JobState: ...
+    def elapsed(self) -> float | None: ...
+    def progress(self) -> tuple[int, int] | None: ...
+    def tail(self, n: int = 20) -> str: ...
 
 View = Callable[[Mapping[str, JobState], str], None]
 
