@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from workshop.errors import ConfigError
+
 SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_grad_op")
 FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_grad_op")
 # a 2-D mesh (replicate x shard); the _grad_op one keeps parameters gathered from forward to backward
@@ -50,16 +52,6 @@ ENV_VARS = {
     "WEIGHT_DECAY": "weight_decay",
     "GRAD_ACC": "grad_acc",
 }
-
-
-class ConfigError(ValueError):
-    """A config value that cannot run; the message names the field and the fix."""
-
-    def __init__(self, field_name: str, problem: str, fix: str) -> None:
-        self.field = field_name
-        self.problem = problem
-        self.fix = fix
-        super().__init__(f"config field '{field_name}': {problem}. Fix: {fix}")
 
 
 def _help(text: str, **kw: Any) -> Any:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from workshop.config import ConfigError
+from workshop.errors import ConfigError
 
 # The fsdp_config keys transformers 5.x reads for FSDP2 (an `fsdp_` prefix is accepted and dropped).
 FSDP_CONFIG_KEYS = ("version", "reshard_after_forward", "cpu_offload", "activation_checkpointing",
