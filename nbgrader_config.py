@@ -10,13 +10,13 @@ c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "notebooks"
 c.CourseDirectory.db_url = "sqlite:///gradebook.db"   # kept out of git
 # A student's jobs/ (the logs grading reads), tables/ and plots/ must travel with the submission and
-# into autograded/, so they are NOT ignored here; `python -m workshop.release` keeps them out of the
+# into autograded/, so they are NOT ignored here; `python -m workshop.course.release` keeps them out of the
 # release instead.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".*"]
 # grading only reads saved logs, but the first cell imports torch and transformers
 c.Execute.timeout = 120
-# Autograde runs in the course environment that runs `workshop.grade`: its own python3 kernel, whatever
-# kernel the notebook opens with for students ("fsdp-workshop", set by workshop/release.py).
+# Autograde runs in the course environment that runs `workshop.course.grade`: its own python3 kernel, whatever
+# kernel the notebook opens with for students ("fsdp-workshop", set by workshop/course/release.py).
 c.Execute.kernel_name = "python3"
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"

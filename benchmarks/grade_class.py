@@ -1,5 +1,5 @@
 """Grading at class scale on this machine's CPUs: N copies of one genuine notebook-01 submission graded
-by the instructor's own command, `python -m workshop.grade --jobs J`, timed.
+by the instructor's own command, `python -m workshop.course.grade --jobs J`, timed.
 
     .venv/bin/python benchmarks/grade_class.py --students 100 --jobs 2
 
@@ -52,7 +52,7 @@ def genuine_submission(scratch: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--students", type=int, default=100)
-    p.add_argument("--jobs", type=int, default=2, help="parallel graders (workshop.grade --jobs)")
+    p.add_argument("--jobs", type=int, default=2, help="parallel graders (workshop.course.grade --jobs)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "cpu")
     args = p.parse_args(argv)
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         full = sum(course.max_points("01_baseline").values())
         load = os.getloadavg()[0]
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "workshop.grade", "--root", str(course.root), "--jobs",
+        proc = subprocess.run([sys.executable, "-m", "workshop.course.grade", "--root", str(course.root), "--jobs",
                                str(args.jobs)], cwd=course.root)
         took = time.perf_counter() - started
         rows = list(csv.DictReader((course.root / "grades.csv").open()))
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     per = took / args.students
     result = {
-        "what": "python -m workshop.grade (autograde, integrity review, feedback) of N copies of one genuine "
+        "what": "python -m workshop.course.grade (autograde, integrity review, feedback) of N copies of one genuine "
                 "notebook-01 submission",
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "load_1min_before": round(load, 2), "python": platform.python_version(),

@@ -5,10 +5,10 @@
 Why a benchmark and not a test: the figure is a ratio of times, and a timed test on a shared CI
 machine measures its neighbours. This runs alone, on a quiet machine, and keeps what it measured.
 
-Each of notebook 03's strategies runs as a real `workshop.train` under torchrun at 2 ranks for 12
+Each of notebook 03's strategies runs as a real `workshop.training.train` under torchrun at 2 ranks for 12
 optimizer steps of the tiny model (the length of the course's runs; tests/runs.py's flags). The
 summary's `tensor_mem_overhead_pct` is the tracked step's extra time over the median untracked step,
-as a share of the training time (workshop/tensor_memory.py). Writes
+as a share of the training time (workshop/training/tensor_memory.py). Writes
 `benchmarks/cpu/tensor_memory_overhead-DATE.json` with the machine, its load before, the versions
 and each run's figure; exit 1 if one is over the bound.
 """

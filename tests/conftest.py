@@ -9,7 +9,7 @@ import pytest
 
 from tests.runs import RunCache
 
-# a cell with no reply from its kernel for this long is a lost message, not work (workshop.course):
+# a cell with no reply from its kernel for this long is a lost message, not work (workshop.course.run_all):
 # the longest cell of the course takes about a minute here
 CELL_TIMEOUT_S = 240
 
@@ -22,7 +22,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
 @pytest.fixture(scope="session")
 def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The main job: every solution notebook executed with papermill on the local backend."""
-    from workshop.course import main
+    from workshop.course.run_all import main
 
     out = tmp_path_factory.mktemp("course") / "results"
     # WORKSHOP_TEST_ONLY=02 runs just that notebook, for work on one notebook (select its tests with -k)

@@ -49,18 +49,18 @@ def clean_env() -> dict[str, str]:
 
 
 def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, timeout: float = 300) -> Run:
-    """Launch `workshop.train` like a job would: one torchrun per node, c10d rendezvous on 127.0.0.1."""
+    """Launch `workshop.training.train` like a job would: one torchrun per node, c10d rendezvous on 127.0.0.1."""
     out_dir.mkdir(parents=True, exist_ok=True)
     train_flags = [*BASE_FLAGS, *flags, "--output-dir", str(out_dir), "--nodes", str(nnodes),
                    "--procs-per-node", str(nproc)]
     port = free_port()
     if nnodes == 1:
         launchers = [[*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
-                      "--master-port", str(port), "-m", "workshop.train", *train_flags]]
+                      "--master-port", str(port), "-m", "workshop.training.train", *train_flags]]
     else:
         launchers = [[*TORCHRUN, "--nnodes", str(nnodes), "--nproc-per-node", str(nproc), "--rdzv-backend", "c10d",
                       "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"test-{port}",
-                      "-m", "workshop.train", *train_flags] for _ in range(nnodes)]
+                      "-m", "workshop.training.train", *train_flags] for _ in range(nnodes)]
     # several "nodes" on this machine: each launcher is named as Slurm names a node (node_name())
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               env={**clean_env(), **({"SLURMD_NODENAME": f"node{i + 1}"} if nnodes > 1 else {})})

@@ -1,7 +1,7 @@
 """`workshop bench` keeps its promises on a CPU: real runs, an honest result file, no CPU numbers
 posing as GPU figures.
 
-The smoke run is the real harness (two configurations, each a real `workshop.train` process, one of
+The smoke run is the real harness (two configurations, each a real `workshop.training.train` process, one of
 them FSDP2), with the tiny model and as few steps as still leave one measured record.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop import bench
+from workshop.results import bench
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_gpu_targets_are_judged_with_their_reasons() -> None:
 
 def test_seed_recipe_pads_every_batch_to_the_fixed_width() -> None:
     """The seed recipe is the config's pad_to_max_length, through the training script's own collator."""
-    from workshop.data import IGNORE_INDEX, DynamicPaddingCollator
+    from workshop.training.data import IGNORE_INDEX, DynamicPaddingCollator
 
     assert bench.CONFIGS["seed-recipe"].changes["pad_to_max_length"] is True
     collate = DynamicPaddingCollator(3, pad_to=16)

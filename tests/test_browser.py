@@ -212,7 +212,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
         (tmp_path / "jsettings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "jsettings" / rel).write_text(json.dumps(value))
     # the course kernel, registered the way a student's environment gets it
-    subprocess.run([sys.executable, "-m", "workshop.kernel", "--profile", "local"], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "workshop.course.kernel", "--profile", "local"], env=env, check=True,
                    capture_output=True, timeout=60)
     port, token = _free_port(), base64.b32encode(os.urandom(15)).decode().lower()
     log = open(tmp_path / "jupyterlab.log", "wb")

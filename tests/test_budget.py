@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop.budget import budget_rows, costs, markdown, main
-from workshop.config import ConfigError
-from workshop.profiles import PROFILES_DIR, load_profile
+from workshop.course.budget import budget_rows, costs, markdown, main
+from workshop.training.config import ConfigError
+from workshop.slurm.profiles import PROFILES_DIR, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = load_profile("example-hpc")
@@ -21,7 +21,7 @@ SITE = load_profile("example-hpc")
 def test_the_instructor_guide_states_the_computed_budget() -> None:
     guide = (ROOT / "docs/instructor.md").read_text()
     assert "## Class budget" in guide
-    assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `python -m workshop.budget`"
+    assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `python -m workshop.course.budget`"
 
 
 def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
@@ -37,7 +37,7 @@ def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
 def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     """The instructor's 04 jobs are the right answer to the notebook's settings exercise: the largest
     micro-batch and the accumulation that keeps the plan's global batch (the same jobs, so handed over)."""
-    from workshop.budget import notebook_runs
+    from workshop.course.budget import notebook_runs
     from workshop.slurm.steps import scaling_plan
 
     plan = scaling_plan(SITE)
@@ -82,9 +82,9 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
 
 
 def guide_command(marker: str) -> str:
-    """The `python -m workshop.budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
+    """The `python -m workshop.course.budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
     part = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
-    found = re.findall(r"`(python -m workshop\.budget [^`]*)`", part)
+    found = re.findall(r"`(python -m workshop\.course\.budget [^`]*)`", part)
     return next(c for c in found if marker in c)
 
 
@@ -97,24 +97,24 @@ def run_as_written(command: str, **env: str) -> subprocess.CompletedProcess[str]
 
 def test_the_guides_budget_command_prints_the_guides_table() -> None:
     command = guide_command("--students")
-    assert command == "python -m workshop.budget --profile example-hpc --students 20"
+    assert command == "python -m workshop.course.budget --profile example-hpc --students 20"
     proc = run_as_written(command)
     assert proc.returncode == 0, proc.stderr
     assert markdown(SITE, 20) in proc.stdout and markdown(SITE, 20) in (ROOT / "docs/instructor.md").read_text()
 
 
 def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path: Path) -> None:
-    """`python -m workshop.budget --profile <site> --instructor-run` as the guide writes it, <site> being a
+    """`python -m workshop.course.budget --profile <site> --instructor-run` as the guide writes it, <site> being a
     copy of the local profile with a [course] table: it submits every costly job (on the local backend the
     2-node jobs of 05) into instructor_jobs, a second run finds them, and a student's cell is handed the
     instructor's folder. The jobs are cancelled once submitted: that they run and are read as the student's
     own is test_instructor_run_mode_gives_students_the_instructors_job's."""
-    from workshop.budget import is_costly
+    from workshop.course.budget import is_costly
     from workshop.slurm import Job, submit
     from workshop.slurm.steps import step_config
 
     command = guide_command("--instructor-run")
-    assert command == "python -m workshop.budget --profile <site> --instructor-run"
+    assert command == "python -m workshop.course.budget --profile <site> --instructor-run"
     shared = tmp_path / "instructor-jobs"
     profile = tmp_path / "site.toml"
     profile.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "site"')

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from workshop import challenge
-from workshop.budget import STATIC_RUNS
-from workshop.memory import estimate_config
-from workshop.profiles import load_profile
+from workshop.course import challenge
+from workshop.course.budget import STATIC_RUNS
+from workshop.results.memory import estimate_config
+from workshop.slurm.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "solutions/03_sharding_strategies/03_sharding_strategies.ipynb"
@@ -85,7 +85,7 @@ def test_the_budget_falls_in_a_gap_between_peaks() -> None:
 
 
 def test_the_class_budget_counts_the_notebooks_jobs() -> None:
-    """workshop/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job."""
+    """workshop/course/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job."""
     runs = eval(solution_cell("nb03-05-predict").split("site =")[0].split("=", 1)[1], {"dict": dict})
     settings_source = solution_cell("nb03-settings").split("### BEGIN SOLUTION")[1]
     mine = next(n.value for n in ast.walk(ast.parse(settings_source))

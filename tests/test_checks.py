@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workshop import checks
-from workshop.integrity import Placeholder, Replay
-from workshop.scan import Cell, answer_key, protected_names, scan_cells
+from workshop.course import checks
+from workshop.course.integrity import Placeholder, Replay
+from workshop.course.scan import Cell, answer_key, protected_names, scan_cells
 
 
 class Anything(float):
@@ -72,11 +72,11 @@ def test_the_rerun_reads_answers_from_records_only() -> None:
                 checks.number(0, 2.0, "loss")
         finally:
             checks._replay = None
-    with pytest.raises(TypeError, match="outside a workshop.checks call"):
+    with pytest.raises(TypeError, match="outside a workshop.course.checks call"):
         assert Placeholder("baseline")["loss"] == 1   # a test cell may not compare a student's value itself
 
 
-LOCKED = {"setup": "from workshop.lab import Lab\nlab = Lab()",
+LOCKED = {"setup": "from workshop.course.lab import Lab\nlab = Lab()",
           "reference": "from workshop import checks\nreference = lab.table('baseline', [lab.run('baseline')])",
           "test": "checks.number(baseline['em'], reference['em'], 'em')"}
 
@@ -84,9 +84,9 @@ LOCKED = {"setup": "from workshop.lab import Lab\nlab = Lab()",
 @pytest.mark.parametrize("source, reason", [
     ("checks = None", "rebinds `checks`"),
     ("def lab(): pass", "redefines `lab`"),
-    ("import workshop.checks\nworkshop.checks.number = print", r"assigns `workshop\.checks\.number`"),
+    ("import workshop.course.checks\nworkshop.course.checks.number = print", r"assigns `workshop\.course\.checks\.number`"),
     ("setattr(lab, 'run', print)", "setattr"),
-    ("import sys\nsys.modules['workshop.checks'] = None", "sys.modules"),
+    ("import sys\nsys.modules['workshop.course.checks'] = None", "sys.modules"),
     ("class A:\n    def __eq__(self, o): return True", "defines __eq__"),
     ("import sys, io\nsys.stderr = io.StringIO()", "sys.stderr"),
     ("from contextlib import redirect_stderr", "redirects stderr"),
@@ -96,15 +96,15 @@ LOCKED = {"setup": "from workshop.lab import Lab\nlab = Lab()",
     ("import os\nos.environ.pop('NBGRADER_EXECUTION')", "environment"),
     ("exec('x = 1')", r"\(exec\)"),
     # by principle, not by a list of known tricks: the ways round a blacklist of names
-    ("import workshop.checks as wc\n_o = wc.number\nwc.__dict__['number'] = lambda a, e, w, **k: _o(e, e, w, **k)",
+    ("import workshop.course.checks as wc\n_o = wc.number\nwc.__dict__['number'] = lambda a, e, w, **k: _o(e, e, w, **k)",
      r"`\.__dict__`"),
-    ("import workshop.checks as wc\nvars(wc).update(number=print)", r"vars\(\)"),
+    ("import workshop.course.checks as wc\nvars(wc).update(number=print)", r"vars\(\)"),
     ("from unittest import mock\nmock.patch.object(checks, 'number', print).start()", "imports unittest"),
     ("object.__setattr__(checks, 'number', print)", r"`\.__setattr__`"),
-    ("getattr(__import__('s' + 'ys'), 'mod' + 'ules')['workshop.checks'].number = print", "computed name"),
+    ("getattr(__import__('s' + 'ys'), 'mod' + 'ules')['workshop.course.checks'].number = print", "computed name"),
     ("import importlib\nimportlib.reload(checks)", "importlib"),
     ("c = checks\nc.number = print", r"assigns the attribute `c\.number`"),
-    ("import workshop.checks as wc\nwc.number = print", r"assigns `wc\.number`"),
+    ("import workshop.course.checks as wc\nwc.number = print", r"assigns `wc\.number`"),
     ("import sys\nx = sys.version", "imports sys"),
     ("f = getattr\nf(checks, 'number')", "computed name"),
     ("x = getattr(checks, '__dict__')", "getattr"),
@@ -149,11 +149,11 @@ def test_harmless_python_is_not_flagged() -> None:
 def test_reading_the_answer_key_is_flagged_and_reading_the_tables_is_not() -> None:
     """Names the instructor's cells bind for the tests only (a reference, a name a test cell binds, a
     reference function only tests call) are the answer key; the lab and the measured table are not."""
-    locked = {"setup": "from workshop.lab import Lab\nfrom workshop.data import encode_reference_free as encode_ok\n"
-                       "from workshop.data import encode_for_training\nlab = Lab()\nshown = encode_ok(1)",
+    locked = {"setup": "from workshop.course.lab import Lab\nfrom workshop.training.data import encode_reference_free as encode_ok\n"
+                       "from workshop.training.data import encode_for_training\nlab = Lab()\nshown = encode_ok(1)",
               "table": "measured = lab.table('baseline')",
               "reference": "state_reference = {'weights': 4}",
-              "gate-reference": "from workshop.diagnose import diagnose\ngate = lab.find('bandwidth')",
+              "gate-reference": "from workshop.results.diagnose import diagnose\ngate = lab.find('bandwidth')",
               "test": "checks.value(bytes_per_param, state_reference, 'b')\n"
                       "model = {n: encode_for_training(n) for n in [1]}\ncheckS = model"}
     key = answer_key(locked, {"test"}, ["bytes_per_param = {'weights': 4}"])

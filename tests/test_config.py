@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.config import ConfigError, RunConfig, load_config, parse_assignments
+from workshop.training.config import ConfigError, RunConfig, load_config, parse_assignments
 
 
 def test_precedence_defaults_file_env_flags(tmp_path: Path) -> None:
@@ -68,7 +68,7 @@ def test_set_assignments() -> None:
 
 
 def test_train_help_documents_every_option() -> None:
-    out = subprocess.run([sys.executable, "-m", "workshop.train", "--help"], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-m", "workshop.training.train", "--help"], capture_output=True, text=True,
                          check=True).stdout
     for name in RunConfig.__dataclass_fields__:
         assert "--" + name.replace("_", "-") in out
@@ -78,7 +78,7 @@ def test_train_help_documents_every_option() -> None:
 
 
 def test_bad_flag_exits_2_with_message_and_no_traceback(tmp_path: Path) -> None:
-    p = subprocess.run([sys.executable, "-m", "workshop.train", "--batch-size", "0", "--output-dir",
+    p = subprocess.run([sys.executable, "-m", "workshop.training.train", "--batch-size", "0", "--output-dir",
                         str(tmp_path)], capture_output=True, text=True)
     assert p.returncode == 2
     assert "config field 'batch_size'" in p.stderr and "Traceback" not in p.stderr
@@ -86,6 +86,6 @@ def test_bad_flag_exits_2_with_message_and_no_traceback(tmp_path: Path) -> None:
 
 def test_world_size_mismatch_is_reported(tmp_path: Path) -> None:
     """A config for 2 processes started as one plain process says how to launch it."""
-    p = subprocess.run([sys.executable, "-m", "workshop.train", "--sharding", "full_shard", "--procs-per-node",
+    p = subprocess.run([sys.executable, "-m", "workshop.training.train", "--sharding", "full_shard", "--procs-per-node",
                         "2", "--output-dir", str(tmp_path)], capture_output=True, text=True)
     assert p.returncode == 2 and "torchrun" in p.stderr and "nproc-per-node 2" in p.stderr

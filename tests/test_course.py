@@ -14,7 +14,7 @@ import pytest
 
 from tests.grading import Course, append_to_cell, grade_the_class, replace_cell
 from tests.lazy_student import fill_like_a_lazy_student
-from workshop.release import assignments
+from workshop.course.release import assignments
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +73,7 @@ def tamper(nb: nbformat.NotebookNode) -> None:
 
 @pytest.fixture(scope="module")
 def graded(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict, dict]:
-    """One class, graded by the instructor's one command (`workshop.grade --jobs 2`): bob hands in the
+    """One class, graded by the instructor's one command (`workshop.course.grade --jobs 2`): bob hands in the
     blank release of 01 (no jobs); "blank" every blank release beside the course's saved jobs; "lazy"
     the same with every answer copied from the helper's tables (tests/lazy_student.py); mallory a
     tampered 01. The executed solutions are graded in tests/test_integrity.py."""

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.logs_fixtures import LOGS, REAL_LOG, REAL_RUN
-from workshop.diagnose import diagnose, main
-from workshop.logs import parse_text
+from workshop.results.diagnose import diagnose, main
+from workshop.results.logs import parse_text
 
 
 def kinds(name: str) -> list[str]:

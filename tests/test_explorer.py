@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workshop import explorer
-from workshop.memory import GiB, estimate
+from workshop.course import explorer
+from workshop.results.memory import GiB, estimate
 
 
 def test_explore_is_the_memory_model_and_says_what_fits() -> None:

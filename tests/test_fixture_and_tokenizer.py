@@ -10,7 +10,7 @@ from types import ModuleType
 import pytest
 from transformers import PreTrainedTokenizerFast
 
-from workshop.tokenizer import load_offline_tokenizer
+from workshop.training.tokenizer import load_offline_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE_DIR = ROOT / "workshop" / "assets" / "squad_fixture"

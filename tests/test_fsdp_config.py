@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop import consistency, fsdp_rules, wrap_function
-from workshop.config import ConfigError, load_config
-from workshop.sharding import native_fsdp_arguments, requested, trainer_sharding_kwargs
+from workshop.training import consistency, fsdp_rules, wrap_function
+from workshop.training.config import ConfigError, load_config
+from workshop.training.sharding import native_fsdp_arguments, requested, trainer_sharding_kwargs
 
 BLOOM_FSDP_CONFIG = {"version": 2, "transformer_layer_cls_to_wrap": ["BloomBlock"], "reshard_after_forward": False,
                      "cpu_offload": True, "activation_checkpointing": True}
@@ -41,7 +41,7 @@ def test_fsdp_config_from_json_text_or_file(tmp_path: Path) -> None:
 
 
 def test_steps_own_sharding_yields_to_the_students_native_arguments() -> None:
-    from workshop.profiles import load_profile
+    from workshop.slurm.profiles import load_profile
     from workshop.slurm.steps import step_config
 
     cfg = step_config("fsdp_1gpu", load_profile("local"), {"fsdp": "shard_grad_op auto_wrap"})
@@ -98,7 +98,7 @@ def test_wrap_function_travels_as_a_file_the_job_runs(tmp_path: Path) -> None:
 
 
 def test_an_edited_wrap_function_is_another_job(tmp_path: Path) -> None:
-    from workshop.profiles import load_profile
+    from workshop.slurm.profiles import load_profile
     from workshop.slurm.jobs import job_key
 
     f = tmp_path / "w.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.runs import TORCHRUN, RunCache, clean_env, free_port
-from workshop import consistency, fsdp_rules, wrap_function
+from workshop.training import consistency, fsdp_rules, wrap_function
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,8 +85,8 @@ def test_a_students_wrap_function_runs_and_shards_as_the_chunk_rule_predicts(run
 def test_a_wrap_function_that_does_not_shard_is_refused(wrap_dir: Path, fn, message: str) -> None:
     """The job calls `wrap_function.apply` before training; its ConfigError is the job's one-line error
     (exit 2, as the wrong block class above shows end to end)."""
-    from workshop import models
-    from workshop.config import ConfigError, load_config
+    from workshop.training import models
+    from workshop.training.config import ConfigError, load_config
 
     spec = wrap_function.write_source(fn, wrap_dir / f"{fn.__name__}.py")
     cfg = load_config(overrides={"sharding": "full_shard", "wrap_function": spec})
@@ -131,7 +131,7 @@ def readme_command(marker: str) -> str:
 def test_torchrun_by_hand_takes_its_world_from_the_launcher(tmp_path: Path) -> None:
     """README's command, as written: no --procs-per-node, torchrun's 2 processes are the world."""
     command = readme_command("torchrun --nproc-per-node 2")
-    assert command == ".venv/bin/torchrun --nproc-per-node 2 -m workshop.train --sharding full_shard"
+    assert command == ".venv/bin/torchrun --nproc-per-node 2 -m workshop.training.train --sharding full_shard"
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")     # the README's paths, but runs/latest lands in tmp
     env = {**clean_env(), "TRAIN_SIZE": "8", "EVAL_SIZE": "4", "NUM_EPOCHS": "1"}   # the seed's variables: small
     env["PET_MASTER_PORT"] = str(free_port())     # torchrun's own default for --master-port: no clash
@@ -143,7 +143,7 @@ def test_torchrun_by_hand_takes_its_world_from_the_launcher(tmp_path: Path) -> N
 
 
 def test_a_config_that_fixes_another_world_still_stops(tmp_path: Path) -> None:
-    p = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "workshop.train",
+    p = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "workshop.training.train",
                         "--sharding", "full_shard", "--procs-per-node", "1", "--output-dir", str(tmp_path)],
                        env=clean_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode != 0

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.config import ConfigError
+from workshop.training.config import ConfigError
 from workshop.slurm import JobState, submit_all
 from workshop.slurm.local_backend import started_marker
 

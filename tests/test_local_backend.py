@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.config import ConfigError
+from workshop.training.config import ConfigError
 from workshop.slurm import Job, JobState, local_backend, submit, watch
 from workshop.slurm.cli import logs_main, status_main
 
@@ -128,7 +128,7 @@ def test_bad_config_is_refused_before_anything_is_written(tmp_path):
 
 def test_local_backend_simulates_two_nodes_with_the_multi_node_script(tmp_path):
     """The same srun + c10d script runs on one machine: one torchrun per simulated node."""
-    from workshop.logs import parse_log
+    from workshop.results.logs import parse_log
     from workshop.slurm import submit
 
     job = submit("bandwidth", profile="local", jobs_dir=tmp_path / "jobs",

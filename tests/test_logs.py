@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.logs_fixtures import LOGS, REAL_LOG, REAL_RUN, fixture_text
-from workshop.logs import load, parse_log, parse_text, parse_trainer_dict, read_run_dir, split_lines
+from workshop.results.logs import load, parse_log, parse_text, parse_trainer_dict, read_run_dir, split_lines
 
 
 def test_hf4_float_dicts_through_tqdm_and_srun_labels_count_once() -> None:
@@ -128,7 +128,7 @@ def test_bad_json_lines_are_reported_not_raised() -> None:
 
 def test_a_line_another_node_spliced_into_ours_keeps_our_record(tmp_path) -> None:
     """Seen in a two-node job: the other node's Trainer dict written between our JSON and its newline."""
-    from workshop.verify import read_log
+    from workshop.results.verify import read_log
 
     record = {"kind": "train", "step": 4, "loss": 6.81, "samples_per_s": 51.2}
     text = ("[job] id 4 name x nodes 2: a,b\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workshop import memory
-from workshop.memory import MB, GiB, activation_bytes, estimate, get_arch, largest_model_that_fits
+from workshop.results import memory
+from workshop.results.memory import MB, GiB, activation_bytes, estimate, get_arch, largest_model_that_fits
 
 P560 = 559_214_592
 
@@ -25,7 +25,7 @@ def test_profiles_count_what_transformers_builds() -> None:
     torch = pytest.importorskip("torch")
     from transformers import BloomConfig, BloomForCausalLM
 
-    from workshop import models
+    from workshop.training import models
 
     for name, shapes in (("bloom-560m", models.BLOOM_560M), ("tiny", models.TINY)):
         a = get_arch(name)
@@ -145,7 +145,7 @@ def test_largest_model_that_fits_grows_with_fsdp() -> None:
 
 def test_estimate_config_reads_run_args() -> None:
     from tests.logs_fixtures import REAL_RUN
-    from workshop.logs import read_run_dir
+    from workshop.results.logs import read_run_dir
 
     cfg = read_run_dir(REAL_RUN).config
     bd = memory.estimate_config(cfg)
@@ -235,7 +235,7 @@ def test_measuring_tensor_memory_stays_a_small_share_of_a_course_run(runs, shard
 @pytest.mark.slow
 def test_course_tables_show_what_fsdp_saves_at_2_ranks(runs) -> None:  # noqa: ANN001
     """The embedded default's strategies table at 2 ranks, from real runs: what the course teaches."""
-    from workshop import tables
+    from workshop.results import tables
 
     names = {"ddp": ("--sharding", "ddp"), "full_shard": ("--sharding", "full_shard"),
              "shard_grad_op": ("--sharding", "shard_grad_op"), "offload": ("--sharding", "full_shard", "--offload"),
@@ -259,7 +259,7 @@ def test_course_tables_show_what_fsdp_saves_at_2_ranks(runs) -> None:  # noqa: A
 @pytest.mark.slow
 def test_lab_memory_table_and_stacked_plot(runs, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """The notebooks' API: predicted vs measured per category for a list of jobs, and its stacked bars."""
-    from workshop.lab import Lab
+    from workshop.course.lab import Lab
 
     monkeypatch.chdir(tmp_path)
     lab = Lab("local", quiet=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workshop.metrics import peak_for_name
+from workshop.training.metrics import peak_for_name
 
 
 @pytest.mark.parametrize("name,precision,peak", [

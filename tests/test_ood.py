@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workshop.ood import FILES, render_app
+from workshop.course.ood import FILES, render_app
 
 SAMPLE = {  # what OOD's context holds at launch (ERB expression -> value)
     "partition": "gpu_a100", "reservation.to_s.strip": "fsdp-workshop", "context.course_dir.to_s.strip.shellescape":
@@ -118,7 +118,7 @@ def test_the_script_starts_jupyterlab_in_the_course_folder_with_the_course_kerne
     script = (app / "template/script.sh.erb").read_text()
     assert 'exec jupyter lab --config="${CONFIG_FILE}" --ServerApp.root_dir="${COURSE_DIR}"' in script
     assert 'cd "${COURSE_DIR}"' in script
-    assert 'python -m workshop.kernel --profile "${WORKSHOP_PROFILE}"' in script
+    assert 'python -m workshop.course.kernel --profile "${WORKSHOP_PROFILE}"' in script
     for line in ("module load anaconda3", "conda activate bloom_env", "export WORKSHOP_PROFILE=example-hpc",
                  "export HF_HOME=/shared/fsdp-workshop/hf_home", "export HF_HUB_OFFLINE=1", "export WANDB_MODE=offline"):
         assert line in script.splitlines()

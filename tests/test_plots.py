@@ -8,8 +8,8 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from tests.logs_fixtures import LOGS, REAL_RUN
-from workshop import plots
-from workshop.logs import parse_text
+from workshop.results import plots
+from workshop.results.logs import parse_text
 
 
 def _png(path: Path) -> bool:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.config import ConfigError
-from workshop.profiles import TEMPLATES_DIR, ProfileError, default_name, load_profile, parse_profile
+from workshop.training.config import ConfigError
+from workshop.slurm.profiles import TEMPLATES_DIR, ProfileError, default_name, load_profile, parse_profile
 from workshop.slurm.render import render, shell_value
 from workshop.slurm.steps import STEPS, step_config
 
@@ -46,7 +46,7 @@ def test_every_step_renders_on_every_site_as_valid_bash(step, profile, tmp_path)
     assert f"#SBATCH --output={tmp_path / 'job'}/slurm-%j.out" in script
     assert "export OMP_NUM_THREADS=" in script
     assert 'echo "[job] id ${SLURM_JOB_ID}' in script
-    program = "-m workshop.bandwidth" if step == "bandwidth" else f"-m workshop.train --config {tmp_path / 'job' / 'config.json'}"
+    program = "-m workshop.results.bandwidth" if step == "bandwidth" else f"-m workshop.training.train --config {tmp_path / 'job' / 'config.json'}"
     assert program in script
     # every block has a comment line that says what it is for
     for block in ("# Environment", "# Caches", "# Where and when", "# Launch"):
@@ -86,7 +86,7 @@ def test_one_process_script_needs_no_launcher(tmp_path):
     for step in ("baseline", "fsdp_1gpu"):
         script = rendered(step, "ci", tmp_path)
         assert not re.search(r"^\s*(torchrun|srun) ", script, re.M)
-        assert re.search(r"^python -m workshop\.train --config \S+config\.json$", script, re.M), script
+        assert re.search(r"^python -m workshop\.training\.train --config \S+config\.json$", script, re.M), script
 
 
 def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_path):

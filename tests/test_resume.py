@@ -18,17 +18,17 @@ from pathlib import Path
 import pytest
 
 from tests.runs import BASE_FLAGS, TORCHRUN, clean_env, free_port, train
-from workshop.config import ConfigError, RunConfig, load_config
+from workshop.training.config import ConfigError, RunConfig, load_config
 
 FLAGS = ["--sharding", "full_shard"]
 
 
 def _workers(torchrun_pid: int) -> list[int]:
-    """torchrun's worker processes (its children running workshop.train)."""
+    """torchrun's worker processes (its children running workshop.training.train)."""
     out = []
     for task in Path(f"/proc/{torchrun_pid}/task").iterdir():
         for pid in (task / "children").read_text().split():
-            if b"workshop.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"workshop.training.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 out.append(int(pid))
     return sorted(out)
 
@@ -37,7 +37,7 @@ def stop_with_usr1(out_dir: Path, after_step: int, nproc: int = 2) -> tuple[str,
     """Start the run, and once the log shows `after_step`, send USR1 to the last worker only."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port",
-           str(free_port()), "-m", "workshop.train", *BASE_FLAGS, *FLAGS, "--output-dir", str(out_dir),
+           str(free_port()), "-m", "workshop.training.train", *BASE_FLAGS, *FLAGS, "--output-dir", str(out_dir),
            "--procs-per-node", str(nproc)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
     lines: list[str] = []
@@ -98,7 +98,7 @@ def test_resumed_run_matches_the_uninterrupted_run(stopped, runs) -> None:
 
 
 def test_resume_without_a_checkpoint_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    from workshop.train import main
+    from workshop.training.train import main
 
     rc = main(["--output-dir", str(tmp_path / "empty"), "--resume"])
     err = capsys.readouterr().err
@@ -114,7 +114,7 @@ def test_checkpoint_fields_are_validated() -> None:
 
 
 def test_resume_is_the_same_job_and_needs_an_earlier_one_with_a_checkpoint(tmp_path: Path) -> None:
-    from workshop.profiles import load_profile
+    from workshop.slurm.profiles import load_profile
     from workshop.slurm import job_key, submit
 
     prof = load_profile("local")

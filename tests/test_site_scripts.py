@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.logs import parse_text
-from workshop.profiles import ProfileError, load_profile, mem_mb, parse_profile, time_seconds
+from workshop.results.logs import parse_text
+from workshop.slurm.profiles import ProfileError, load_profile, mem_mb, parse_profile, time_seconds
 from workshop.slurm.render import render
 from workshop.slurm.steps import STEPS, step_config
 
@@ -47,7 +47,7 @@ def test_the_gate_runs_one_rank_per_gpu_on_whole_nodes_with_nccl_info(tmp_path: 
     assert opts["partition"] == "gpu_a100" and opts["nodes"] == "2" and "exclusive" in opts
     assert opts["gpus-per-node"] == "a100:8"                        # every GPU of the node
     assert "--nproc-per-node=8" in script
-    assert "-m workshop.bandwidth --min-busbw 40 -e 256M" in script  # GB/s at the largest message
+    assert "-m workshop.results.bandwidth --min-busbw 40 -e 256M" in script  # GB/s at the largest message
     # the profile keeps NCCL quiet for training; the gate's job switches it to INFO, after the profile
     assert script.index("export NCCL_DEBUG=WARN") < script.index("export NCCL_DEBUG=INFO")
 
@@ -162,7 +162,7 @@ def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) 
     while it trains; the job saves a checkpoint and ends with exit 75 at once; the tables say why
     its figures are missing; `resume` continues it to COMPLETED in the same folder."""
     from workshop.slurm import JobState, submit
-    from workshop.tables import build
+    from workshop.results.tables import build
 
     run = {"epochs": 8, "eval_generate": False}        # 2 processes, 6 steps an epoch: 48 steps
     jobs = tmp_path / "jobs"

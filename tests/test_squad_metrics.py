@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workshop.squad_metrics import exact_match, f1, normalize_answer, squad_scores
+from workshop.training.squad_metrics import exact_match, f1, normalize_answer, squad_scores
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from tests.logs_fixtures import LOGS, REAL_LOG, REAL_RUN
-from workshop import tables
-from workshop.logs import parse_text
-from workshop.memory import estimate_config
+from workshop.results import tables
+from workshop.results.logs import parse_text
+from workshop.results.memory import estimate_config
 
 
 def run(label: str, **summary: object) -> "tables.ParsedLog":
@@ -144,7 +144,7 @@ def test_tables_from_real_runs_in_this_session(runs) -> None:  # noqa: ANN001
     base = tables.baseline_table([one.out_dir]).iloc[0]
     assert base["final_train_loss"] == one.summary["train_loss"]
     # Two torchruns' output in one log: every record counted once.
-    from workshop.logs import parse_text as parse
+    from workshop.results.logs import parse_text as parse
 
     log = parse(two.log)
     assert len(log.eval_metrics) == len(two.summary["eval_losses"])
@@ -157,7 +157,7 @@ def test_tables_from_real_runs_in_this_session(runs) -> None:  # noqa: ANN001
 def test_count_columns_print_as_integers() -> None:
     import pandas as pd
 
-    from workshop.tables import integer_columns, to_markdown
+    from workshop.results.tables import integer_columns, to_markdown
 
     df = integer_columns(pd.DataFrame({"run": ["a", "b"], "world_size": [2.0, 4.0], "nodes": [1.0, float("nan")],
                                        "samples_per_s": [3.0, 4.5]}).set_index("run"))
@@ -173,7 +173,7 @@ def test_two_nodes_printing_the_same_metrics_give_global_rank_0s(runs, rank0_tas
     """A real two-node run's output as `srun --label` writes it (`0: {...}`, `1: {...}`, interleaved): the
     table reads the node that holds global rank 0, and its notes say so. With c10d rendezvous rank 0 may
     be on either task: the task that printed the rank-0 lines (WORKSHOP_*, `[workshop]`) is the one read."""
-    from workshop.logs import parse_text as parse
+    from workshop.results.logs import parse_text as parse
 
     two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
     rank0 = next(x for x in two.node_logs if "WORKSHOP_SUMMARY" in x)   # only global rank 0 prints it

@@ -130,8 +130,8 @@ def test_run_leaves_its_records(runs: RunCache) -> None:
 
 
 def test_a_job_log_alone_says_what_ran_and_predicts_its_memory(runs: RunCache) -> None:
-    from workshop.logs import parse_log
-    from workshop.tables import strategies_table
+    from workshop.results.logs import parse_log
+    from workshop.results.tables import strategies_table
 
     run = runs.get("--sharding", "full_shard", nproc=2)
     parsed = parse_log(run.out_dir / "job.log")
@@ -157,7 +157,7 @@ def test_one_process_fsdp_without_torchrun_equals_the_torchrun_run(runs: RunCach
     from tests.runs import BASE_FLAGS, clean_env
 
     flags = ["--sharding", "full_shard", "--nodes", "1", "--procs-per-node", "1"]
-    p = subprocess.run([sys.executable, "-m", "workshop.train", *BASE_FLAGS, *flags, "--output-dir", str(tmp_path)],
+    p = subprocess.run([sys.executable, "-m", "workshop.training.train", *BASE_FLAGS, *flags, "--output-dir", str(tmp_path)],
                        env=clean_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     direct = json.loads((tmp_path / "summary.json").read_text())
@@ -174,13 +174,13 @@ def test_the_fixture_path_never_imports_datasets() -> None:
     import subprocess
     import sys
 
-    from workshop.config import RunConfig
-    from workshop.train import skip_datasets_unless_needed
+    from workshop.training.config import RunConfig
+    from workshop.training.train import skip_datasets_unless_needed
 
     skip_datasets_unless_needed(RunConfig(dataset="squad"))
     assert importlib.util.find_spec("datasets") is not None
-    probe = ("import sys; from workshop.config import RunConfig; from workshop.train import skip_datasets_unless_needed; "
-             "skip_datasets_unless_needed(RunConfig(dataset='fixture')); import workshop.trainer; "
+    probe = ("import sys; from workshop.training.config import RunConfig; from workshop.training.train import skip_datasets_unless_needed; "
+             "skip_datasets_unless_needed(RunConfig(dataset='fixture')); import workshop.training.trainer; "
              "from transformers.utils import is_datasets_available; "
              "print(is_datasets_available(), sorted(m for m in ('datasets', 'pandas', 'pyarrow') if sys.modules.get(m)))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True).stdout

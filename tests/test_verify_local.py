@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop import verify
-from workshop.release import assignments
+from workshop.results import verify
+from workshop.course.release import assignments
 
 pytestmark = pytest.mark.slow
 

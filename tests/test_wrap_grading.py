@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop.lab import Lab, NoSavedJob
+from workshop.course.lab import Lab, NoSavedJob
 from workshop.slurm.records import JobRecord
-from workshop.wrap_function import JOB_FILE, job_settings
+from workshop.training.wrap_function import JOB_FILE, job_settings
 
 
 def shard_model(model):  # noqa: ANN001, ANN201 - the student's function (its source is what counts)

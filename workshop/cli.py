@@ -10,18 +10,18 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("workshop.train:main", "run one training job (launch it with torchrun for several processes)"),
+    "train": ("workshop.training.train:main", "run one training job (launch it with torchrun for several processes)"),
     "submit": ("workshop.slurm.cli:submit_main", "render and submit a course step as a batch job"),
     "status": ("workshop.slurm.cli:status_main", "state of a submitted job"),
     "cancel": ("workshop.slurm.cli:cancel_main", "cancel a submitted job"),
     "logs": ("workshop.slurm.cli:logs_main", "print a job's log"),
-    "bandwidth": ("workshop.bandwidth:main", "all_reduce bus-bandwidth self-test (nccl-tests' table)"),
-    "table": ("workshop.tables:main", "turn a job log or run folder into the step's exercise table"),
-    "diagnose": ("workshop.diagnose:main", "explain why a job failed and what to change"),
-    "estimate": ("workshop.memory:main", "predict peak memory per GPU for a config"),
-    "bench": ("workshop.bench:main", "benchmark the course configurations on one GPU"),
-    "verify": ("workshop.verify:main", "check submitted job logs against Slurm accounting and their digests"),
-    "class": ("workshop.classview:main", "instructor: every student's jobs per step, states and failures, from sacct"),
+    "bandwidth": ("workshop.results.bandwidth:main", "all_reduce bus-bandwidth self-test (nccl-tests' table)"),
+    "table": ("workshop.results.tables:main", "turn a job log or run folder into the step's exercise table"),
+    "diagnose": ("workshop.results.diagnose:main", "explain why a job failed and what to change"),
+    "estimate": ("workshop.results.memory:main", "predict peak memory per GPU for a config"),
+    "bench": ("workshop.results.bench:main", "benchmark the course configurations on one GPU"),
+    "verify": ("workshop.results.verify:main", "check submitted job logs against Slurm accounting and their digests"),
+    "class": ("workshop.course.classview:main", "instructor: every student's jobs per step, states and failures, from sacct"),
 }
 
 

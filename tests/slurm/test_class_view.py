@@ -3,7 +3,7 @@
 Three students (Unix and Slurm users `student`, `student2`, `student3`, in a course account of their
 own) submit jobs named as `workshop submit` names them; one of another account must not show. The
 jobs are small batch scripts that end as the course's jobs end (a completed run, a CUDA OOM, a bad
-config), so the view's states come from slurmdbd and its diagnoses from workshop.diagnose reading
+config), so the view's states come from slurmdbd and its diagnoses from workshop.results.diagnose reading
 each job's own log.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop import classview
+from workshop.course import classview
 from workshop.slurm import slurm_backend
 
 pytestmark = pytest.mark.slurm

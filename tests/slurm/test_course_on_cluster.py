@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from tests.conftest import CELL_TIMEOUT_S
-from workshop.release import assignments
+from workshop.course.release import assignments
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -102,6 +102,6 @@ def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_tod
     print(f"notebook 03 on the cluster, without its challenge section: {took:.0f} s; one job after another it "
           f"would take {today:.0f} s ({elapsed:.0f} s of jobs + the waits); {len(overlapping)} overlapping pairs")
     if run_again:
-        pytest.skip("notebook 03 ran twice (a cell's reply was lost, see workshop.course): its wall time is "
+        pytest.skip("notebook 03 ran twice (a cell's reply was lost, see workshop.course.run_all): its wall time is "
                     "the second run's, which found its jobs done, so it says nothing (the overlap passed)")
     assert took <= 0.6 * today, f"{took:.0f} s > 60 % of {today:.0f} s"

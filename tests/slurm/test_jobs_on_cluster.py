@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.profiles import PROFILES_DIR
+from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import Job, JobState, slurm_backend, submit
 
 pytestmark = pytest.mark.slurm

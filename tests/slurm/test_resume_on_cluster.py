@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.profiles import PROFILES_DIR
+from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import JobState, submit
 
 pytestmark = pytest.mark.slurm

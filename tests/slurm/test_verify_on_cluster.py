@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop import verify
-from workshop.profiles import PROFILES_DIR
+from workshop.results import verify
+from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import JobState, submit
 
 pytestmark = pytest.mark.slurm
@@ -33,7 +33,7 @@ def genuine(cluster) -> dict[str, Path]:
     base = cluster.shared / f"verify-{os.getpid()}-{int(time.time())}"
     base.mkdir(mode=0o1777)
     base.chmod(0o1777)
-    profile = base / "ci-keyed.toml"     # the key in a profile is for the test only (see workshop/verify.py)
+    profile = base / "ci-keyed.toml"     # the key in a profile is for the test only (see workshop/results/verify.py)
     profile.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
         'GLOO_SOCKET_IFNAME = "lo"', f'GLOO_SOCKET_IFNAME = "lo"\nWORKSHOP_DIGEST_KEY = "{KEY}"'))
     alice = submit("baseline", profile=profile, overrides=TINY, jobs_dir=base / "alice")

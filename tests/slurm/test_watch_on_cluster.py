@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.conftest import CLUSTER_SH
-from workshop.profiles import PROFILES_DIR
+from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import JobState, slurm_backend, submit_all
 
 pytestmark = pytest.mark.slurm

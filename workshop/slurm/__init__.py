@@ -1,5 +1,9 @@
 """Submit course steps as batch jobs, through Slurm or (without Slurm) on this machine.
 
+The jobs layer: steps and site profiles (`steps`, `profiles`), the batch script (`render`), the Slurm and
+local backends, watching (`watch`), instructor-run jobs (`shared`). May import `workshop.training` (a
+job's config, its checkpoints); never results or the course.
+
     from workshop.slurm import submit
     job = submit("baseline", profile="ci")
     job.wait()              # a progress widget in Jupyter, one updating line elsewhere

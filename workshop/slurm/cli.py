@@ -10,8 +10,8 @@ import argparse
 import sys
 import time
 
-from workshop.config import ConfigError, parse_assignments
-from workshop.profiles import ProfileError
+from workshop.training.config import ConfigError, parse_assignments
+from workshop.slurm.profiles import ProfileError
 
 
 def _job_arg(p: argparse.ArgumentParser) -> None:

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from workshop.config import RunConfig
-from workshop.profiles import Profile, load_profile
+from workshop.training.config import RunConfig
+from workshop.slurm.profiles import Profile, load_profile
 from workshop.slurm.jobs import Job, prepare
 from workshop.slurm.records import JobState
 

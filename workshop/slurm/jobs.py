@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Mapping
 
-from workshop import wrap_function
-from workshop.config import ConfigError, RunConfig, load_config
-from workshop.profiles import Profile, load_profile
+from workshop.training import wrap_function
+from workshop.training.config import ConfigError, RunConfig, load_config
+from workshop.slurm.profiles import Profile, load_profile
 from workshop.slurm import local_backend, slurm_backend
 from workshop.slurm.records import JobRecord, JobState, find_record, now
 from workshop.slurm.render import render
@@ -34,8 +34,8 @@ from workshop.slurm.steps import check_fits, get_step, step_config
 MIN_FREE_MB = 64
 
 STEP_LINE = re.compile(r"\[workshop\] step (\d+)/(\d+)")
-# "[rank0]: workshop.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
-ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(error: .+)")   # workshop.train's one-line ConfigError
+# "[rank0]: workshop.training.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(error: .+)")   # workshop.training.train's one-line ConfigError
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Mismatch|Interrupt)): (.+)")
 
 
@@ -344,7 +344,7 @@ def check_writable(jobs_root: Path, min_free_mb: int = MIN_FREE_MB) -> None:
 
 def _check_resumable(job_dir: Path) -> None:
     """Refuse a resume that could only start over: no earlier job here, or no checkpoint in its run/."""
-    from workshop.checkpoints import latest_checkpoint
+    from workshop.training.checkpoints import latest_checkpoint
 
     if not (job_dir / "job.json").is_file():
         raise ConfigError("resume", f"there is no earlier job of this step and config in {str(job_dir)!r}",

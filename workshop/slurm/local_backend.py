@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from workshop.profiles import Profile
+from workshop.slurm.profiles import Profile
 from workshop.slurm import local_queue
 from workshop.slurm.records import CHECKPOINT_EXIT, CHECKPOINT_REASON, JobRecord, JobState
 from workshop.slurm.slurm_backend import scrubbed_env

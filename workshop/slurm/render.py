@@ -13,8 +13,8 @@ import shlex
 from pathlib import Path
 from string import Template
 
-from workshop.config import ConfigError, RunConfig
-from workshop.profiles import TEMPLATES_DIR, Profile, current_env_activation
+from workshop.training.config import ConfigError, RunConfig
+from workshop.slurm.profiles import TEMPLATES_DIR, Profile, current_env_activation
 from workshop.slurm.records import CHECKPOINT_EXIT
 from workshop.slurm.steps import check_fits, get_step
 
@@ -99,11 +99,11 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
 
 def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -> str:
     if get_step(step).program == "bandwidth":
-        args = ["-m", "workshop.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
+        args = ["-m", "workshop.results.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
             args += ["-e", profile.bandwidth_max_bytes]
         return " ".join(shlex.quote(a) for a in args)
-    return f"-m workshop.train --config {shlex.quote(str(config_path))}"
+    return f"-m workshop.training.train --config {shlex.quote(str(config_path))}"
 
 
 def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_name: str | None = None) -> str:

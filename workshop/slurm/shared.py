@@ -1,7 +1,7 @@
 """Instructor-run mode: a student's costly job stands for the instructor's run of the very same job.
 
 The costly jobs (at least `[course] instructor_min_gpus` GPUs, or 2+ nodes) run once, by the instructor
-(`python -m workshop.budget --instructor-run`), into the profile's `[course] instructor_jobs` folder. A
+(`python -m workshop.course.budget --instructor-run`), into the profile's `[course] instructor_jobs` folder. A
 student's submission of the same job (same step, config and profile: the same job folder name) links that
 folder into the student's jobs/ instead of queueing a copy. The job API links it; grading recognises it.
 """
@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Iterable
 
-from workshop.config import ConfigError, RunConfig
-from workshop.profiles import Profile, ProfileError, load_profile
+from workshop.training.config import ConfigError, RunConfig
+from workshop.slurm.profiles import Profile, ProfileError, load_profile
 
 
 def is_costly(cfg: RunConfig, profile: Profile) -> bool:
@@ -35,7 +35,7 @@ def shared_job(profile: Profile, cfg: RunConfig, jobs_root: Path, folder_name: s
     if not (shared / "job.json").is_file():
         raise ConfigError("instructor_jobs", f"this job ({cfg.nodes} node(s) x {cfg.procs_per_node} GPUs) is run by the "
                           f"instructor for the class, and {str(shared)!r} does not hold it yet",
-                          "ask your instructor to run `python -m workshop.budget --instructor-run` for this "
+                          "ask your instructor to run `python -m workshop.course.budget --instructor-run` for this "
                           "profile, then run the cell again")
     return shared
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from workshop.config import ConfigError, RunConfig, load_config
-from workshop.profiles import Profile
+from workshop.training.config import ConfigError, RunConfig, load_config
+from workshop.slurm.profiles import Profile
 
 
 @dataclass(frozen=True)

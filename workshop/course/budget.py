@@ -1,0 +1,174 @@
+"""The class budget: the GPU time each notebook asks a site for, and the instructor-run mode.
+
+    python -m workshop.course.budget --profile example-hpc --students 20            # the table of docs/instructor.md
+    python -m workshop.course.budget --profile <site> --instructor-run               # submit the costly jobs once
+
+Figures are *requested allocation*: GPUs x the step's time limit, as sbatch reserves them. A job
+that ends early gives the rest back, so real use is lower; no GPU run has measured it yet.
+
+Instructor-run mode: the costly jobs (at least `[course] instructor_min_gpus` GPUs, or 2+ nodes)
+run once, by the instructor, into the profile's `[course] instructor_jobs` folder. A student's
+submission of the very same job (same step, config and profile: the same job folder name) then
+links that folder into the student's jobs/ instead of queueing a copy, so the notebook reads, tables
+and grades the instructor's log exactly as it would its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from workshop.training.config import ConfigError
+from workshop.slurm.profiles import Profile, ProfileError, load_profile, time_seconds
+from workshop.slurm.shared import is_costly
+
+# What each notebook submits: {run name: lab.run arguments}. The notebooks' `runs` dictionaries.
+STATIC_RUNS: dict[str, dict[str, dict[str, Any]]] = {
+    "01_baseline": {"baseline": dict(step="baseline")},
+    "02_fsdp_single_gpu": {
+        "baseline": dict(step="baseline"),
+        "full_shard": dict(step="fsdp_1gpu"),
+        "full_shard+offload": dict(step="fsdp_1gpu", offload=True),
+        "your shard_model": dict(step="fsdp_1gpu", wrap_function="shard_model.py:shard_model"),
+    },
+    "03_sharding_strategies": {
+        "ddp": dict(step="strategies", sharding="ddp"),
+        "full_shard": dict(step="strategies", sharding="full_shard"),
+        "shard_grad_op": dict(step="strategies", sharding="shard_grad_op"),
+        "offload": dict(step="strategies", sharding="full_shard", offload=True),
+        "activation_checkpointing": dict(step="strategies", sharding="full_shard", activation_checkpointing=True),
+        # the student's own settings (here the solution's): one more job of the step, whatever they choose
+        "budget challenge": dict(step="strategies", sharding="full_shard", offload=False, activation_checkpointing=False,
+                                 batch_size=1, grad_acc=4),
+    },
+    "05_multi_node": {
+        "bandwidth gate": dict(step="bandwidth", nodes=2),
+        "failed rendezvous (to diagnose)": dict(step="multi_node", nodes=2, procs_per_node=1, sharding="full_shard",
+                                                rdzv_endpoint="head-node.invalid:29400", rdzv_timeout_s=5),
+        "1 node x 2, full_shard": dict(step="multi_node", nodes=1, procs_per_node=2, sharding="full_shard"),
+        "2 nodes x 1, full_shard": dict(step="multi_node", nodes=2, procs_per_node=1, sharding="full_shard"),
+        "2 nodes x 2, full_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="full_shard"),
+        "2 nodes x 2, hybrid_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="hybrid_shard",
+                                          hybrid_replicas=2),
+        "a sharded checkpoint (6 steps)": dict(step="strategies", procs_per_node=2, sharding="full_shard",
+                                               max_steps=6, checkpoint_every=6),
+    },
+}
+
+
+def notebook_runs(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every notebook's runs on this site (04's follow the site's nodes: `workshop.slurm.steps.scaling_plan`,
+    which the notebook reads too)."""
+    from workshop.slurm.steps import scaling_plan
+
+    runs = dict(STATIC_RUNS)
+    # 04: the student writes each run's micro-batch and accumulation; the right answer (the largest
+    # micro-batch, the accumulation that keeps the batch) is the very job instructor-run mode hands over
+    plan = scaling_plan(profile)
+    runs["04_multi_gpu"] = {f"{n} GPU(s)": dict(step="multi_gpu", procs_per_node=n, batch_size=plan.micro_batch,
+                                                grad_acc=plan.global_batch // (plan.micro_batch * n))
+                            for n in plan.gpu_counts}
+    return dict(sorted(runs.items()))
+
+
+@dataclass(frozen=True)
+class JobCost:
+    notebook: str
+    run: str
+    step: str
+    nodes: int
+    gpus: int            # GPUs (processes) of the whole job
+    hours: float         # the step's time limit
+    costly: bool         # run by the instructor in instructor-run mode
+
+    @property
+    def gpu_hours(self) -> float:
+        return self.gpus * self.hours
+
+
+def job_cost(notebook: str, run: str, spec: dict[str, Any], profile: Profile) -> JobCost:
+    from workshop.slurm.steps import step_config
+
+    spec = dict(spec)
+    step = spec.pop("step")
+    cfg = step_config(step, profile, spec)
+    gpus = cfg.nodes * cfg.procs_per_node
+    return JobCost(notebook, run, step, cfg.nodes, gpus, time_seconds(profile.time_for(step)) / 3600,
+                   is_costly(cfg, profile))
+
+
+def costs(profile: Profile) -> list[JobCost]:
+    return [job_cost(nb, name, spec, profile) for nb, runs in notebook_runs(profile).items()
+            for name, spec in runs.items()]
+
+
+def budget_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
+    """Per notebook: jobs, GPU-hours per student, for the class, and for the class in instructor-run mode."""
+    rows = []
+    for nb in notebook_runs(profile):
+        mine = [c for c in costs(profile) if c.notebook == nb]
+        each = sum(c.gpu_hours for c in mine)
+        costly = sum(c.gpu_hours for c in mine if c.costly)
+        rows.append({"notebook": nb, "jobs": len(mine), "max_gpus": max(c.gpus for c in mine),
+                     "gpu_h_per_student": each, "gpu_h_class": each * students,
+                     "gpu_h_class_instructor_run": (each - costly) * students + costly})
+    return rows
+
+
+def markdown(profile: Profile, students: int) -> str:
+    """The class-budget table of docs/instructor.md."""
+    rows = budget_rows(profile, students)
+    head = ("| notebook | jobs | largest job (GPUs) | GPU-h per student | GPU-h, class of "
+            f"{students} | GPU-h, class of {students}, instructor runs the costly jobs |")
+    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['notebook']} | {r['jobs']} | {r['max_gpus']} | {r['gpu_h_per_student']:.2f} | "
+                     f"{r['gpu_h_class']:.1f} | {r['gpu_h_class_instructor_run']:.1f} |")
+    total = {k: sum(r[k] for r in rows) for k in ("jobs", "gpu_h_per_student", "gpu_h_class",
+                                                   "gpu_h_class_instructor_run")}
+    lines.append(f"| **all** | {total['jobs']} | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
+                 f"{total['gpu_h_class_instructor_run']:.1f} |")
+    return "\n".join(lines)
+
+
+def instructor_run(profile: Profile) -> list[Any]:
+    """Submit every costly job of the course into the profile's instructor_jobs folder (once each)."""
+    from workshop.slurm import submit
+
+    if not profile.instructor_jobs:
+        raise ProfileError(profile.source, "course.instructor_jobs", "is empty: there is no shared folder to run into",
+                           'set instructor_jobs = "/shared/fsdp-workshop/instructor-jobs" under [course]')
+    jobs = []
+    for cost, spec in zip(costs(profile), [s for runs in notebook_runs(profile).values() for s in runs.values()]):
+        if cost.costly:
+            overrides = {k: v for k, v in spec.items() if k != "step"}
+            jobs.append(submit(cost.step, profile=profile, overrides=overrides, jobs_dir=profile.instructor_jobs))
+    return jobs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m workshop.course.budget", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default=None, help="site profile (name or .toml path)")
+    ap.add_argument("--students", type=int, default=20)
+    ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
+    args = ap.parse_args(argv)
+    try:
+        profile = load_profile(args.profile)
+        if args.instructor_run:
+            for job in instructor_run(profile):
+                print(f"{job.job_id}\t{job.job_dir}")
+            return 0
+    except (ProfileError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(markdown(profile, args.students))
+    per_student = sum(c.gpu_hours for c in costs(profile))
+    print(f"\nrequested allocation (GPUs x time limit), not measured use; {math.ceil(per_student)} GPU-h per student")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The memory explorer: move a control, see the memory model's bytes per GPU by category and which GPUs it fits.
+
+`explore(...)` is the plain function (papermill, tests and a notebook without widgets call it);
+`memory_explorer()` wraps the same function in ipywidgets controls for JupyterLab. The figures
+all come from workshop.results.memory.estimate; this module only chooses the inputs and draws them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workshop.results.memory import CATEGORIES, GiB, MB, Breakdown, bloom_family_arch, estimate, get_arch
+
+# GPUs a course site may have: usable bytes per GPU. The "32GB"/"80GB" in the names are GiB (nvidia-smi
+# shows 32,768 MiB for a V100-32GB and 81,920 MiB for an A100-80GB; an H100-80GB shows a little less,
+# ~79.6 GiB, as its driver reserves more). Usable here = the card's GiB less the CUDA context's ~0.5
+# GiB, which the memory model leaves out; the allocator's slack (reserved - allocated, a few %) is not
+# taken off, so "fits" means the predicted tensors fit, not that a run has nothing to spare.
+CUDA_CONTEXT = 0.5 * GiB
+GPUS: dict[str, float] = {"V100-32GB": 32 * GiB - CUDA_CONTEXT, "A100-80GB": 80 * GiB - CUDA_CONTEXT,
+                          "H100-80GB": 80 * GiB - CUDA_CONTEXT}
+MODELS: dict[str, Any] = {
+    "tiny": "tiny", "bloom-560m": "bloom-560m", "bloom-1b1": "bloom-1b1", "bloom-1b7": "bloom-1b7",
+    "bloom-3b": "bloom-3b", "bloom-7b1": "bloom-7b1", "bloom-h5120-l40 (~13B)": bloom_family_arch(5120, 40)}
+STRATEGIES = ("none", "ddp", "full_shard", "shard_grad_op")
+PRECISIONS = ("bf16", "fp32", "fp16")
+
+
+@dataclass
+class Exploration:
+    """One setting of the controls: the breakdown (bytes), whether it fits each GPU, and the figure."""
+
+    breakdown: Breakdown
+    fits: dict[str, bool]
+    figure: Any
+    notes: list[str] = field(default_factory=list)  # controls the setting ignores, and why
+
+    @property
+    def mb(self) -> dict[str, float]:
+        return self.breakdown.as_mb()
+
+
+def explore(model: str = "bloom-560m", batch_size: int = 8, max_length: int = 512, precision: str = "bf16",
+            sharding: str = "full_shard", offload: bool = False, activation_checkpointing: bool = False,
+            gpus: int = 4, draw: bool = True) -> Exploration:
+    """The memory model for one setting; `draw=False` skips the figure (fast, for sweeps)."""
+    arch = get_arch(MODELS.get(model, model))
+    notes = []
+    if sharding == "none" and gpus != 1:
+        sharding = "ddp"  # several GPUs without sharding is data parallel
+        notes.append(f"sharding none on {gpus} GPUs is DDP: shown as ddp")
+    if offload and sharding in ("none", "ddp"):
+        offload = False
+        notes.append(f"offload ignored: CPU offload moves FSDP's shards to the host, and {sharding} has none "
+                     "(choose full_shard or shard_grad_op to offload)")
+    bd = estimate(arch, sharding, gpus, precision, batch_size, max_length, offload, activation_checkpointing)
+    # a GPU holds what the allocator holds: the tracker's peak plus DDP's gradient buckets (gpu_peak)
+    fits = {name: bd.gpu_peak <= usable for name, usable in GPUS.items()}
+    figure = draw_breakdown(bd, f"{model}, {sharding} on {gpus} GPU(s), b={batch_size}, s={max_length}, "
+                                f"{precision}{', offload' if offload else ''}{', AC' if activation_checkpointing else ''}",
+                            fits) if draw else None
+    return Exploration(bd, fits, figure, notes)
+
+
+def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:
+    """One stacked bar (categories) with the peak, host memory beside it, and each GPU's usable memory."""
+    import matplotlib.pyplot as plt
+
+    from workshop.results import plots  # noqa: F401  (chooses a headless backend when there is no display)
+
+    mb = bd.as_mb()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bottom = 0.0
+    for j, category in enumerate(CATEGORIES):
+        ax.bar(0, mb[category] / 1024, 0.5, bottom=bottom, color=f"C{j}", label=category)
+        bottom += mb[category] / 1024
+    ax.plot([-0.25, 0.25], [mb["peak"] / 1024] * 2, color="black", label="peak (alive at once)")
+    if mb["ddp_buckets"]:  # outside the tracker's view, inside the GPU's
+        ax.bar(0, mb["ddp_buckets"] / 1024, 0.5, bottom=mb["peak"] / 1024, color="C5", hatch="//",
+               label="DDP gradient buckets")
+        ax.plot([-0.25, 0.25], [mb["gpu_peak"] / 1024] * 2, color="black", ls=":", label="GPU peak (+ buckets)")
+    if mb["host"]:
+        ax.bar(1, mb["host"] / 1024, 0.5, color="grey", label="host memory (offload)")
+    for name, usable in GPUS.items():
+        ax.axhline(usable / GiB, ls="--", lw=1, color="green" if fits[name] else "red")
+        ax.annotate(f"{name} {'fits' if fits[name] else 'does not fit'}", (1.3, usable / GiB), fontsize=7, va="bottom")
+    ax.set_xticks([0, 1], ["per GPU", "host"])
+    ax.set_xlim(-0.5, 2.4)
+    ax.set_ylabel("GiB")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    return fig
+
+
+def memory_explorer() -> Any:
+    """The ipywidgets version of `explore` for JupyterLab: every control re-runs the same function."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    def show(**settings: Any) -> Exploration:
+        result = explore(**settings)
+        display(result.figure)
+        plt.close(result.figure)
+        mb = result.mb
+        print("  ".join(f"{c} {mb[c]:,.0f} MB" for c in (*CATEGORIES, "peak")))
+        if mb["ddp_buckets"]:
+            print(f"DDP gradient buckets {mb['ddp_buckets']:,.0f} MB: GPU peak {mb['gpu_peak']:,.0f} MB")
+        for note in result.notes:
+            print(f"note: {note}")
+        print("fits: " + ", ".join(f"{g} {'yes' if ok else 'no'}" for g, ok in result.fits.items()))
+        return result  # the widget keeps it as `.result`
+
+    return widgets.interactive(
+        show,
+        model=widgets.Dropdown(options=list(MODELS), value="bloom-560m"),
+        batch_size=widgets.IntSlider(value=8, min=1, max=64),
+        max_length=widgets.Dropdown(options=[128, 256, 512, 1024, 2048], value=512),
+        precision=widgets.Dropdown(options=PRECISIONS, value="bf16"),
+        sharding=widgets.Dropdown(options=STRATEGIES, value="full_shard"),
+        offload=widgets.Checkbox(value=False),
+        activation_checkpointing=widgets.Checkbox(value=False),
+        gpus=widgets.Dropdown(options=[1, 2, 4, 8, 16], value=4),
+    )
+
+
+def front_end() -> bool:
+    """True where JupyterLab (jupyter_server) started this kernel; False under papermill, nbgrader or a script."""
+    import os
+
+    return bool(os.environ.get("JPY_SESSION_NAME"))
+
+
+def show_explorer() -> Any:
+    """The widget in JupyterLab; without a front end, None and a line saying to call `explore(...)`.
+
+    Headless runners (papermill, nbgrader) have nothing to move the controls, and widget comms there
+    only cost time: a notebook calls `explore` for its figures and this for the widget."""
+    if front_end():
+        return memory_explorer()
+    print("no front end here (papermill, nbgrader): call explore(...) with the settings you want")
+    return None
+
+
+__all__ = ["explore", "memory_explorer", "show_explorer", "Exploration", "GPUS", "MODELS", "MB"]

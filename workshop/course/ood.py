@@ -1,0 +1,166 @@
+"""Render the Open OnDemand app in `slurm/ood/` for a site profile: `python -m workshop.course.ood render`.
+
+    python -m workshop.course.ood render --profile example-hpc --out ~/ondemand/dev/fsdp-workshop
+
+Two kinds of templating meet here, on purpose kept apart:
+
+* `@{name}` placeholders (the same syntax as `slurm/templates/`) are filled now, from the profile:
+  the form's partitions, GPU types, account, reservation and session minutes (capped by each
+  partition's MaxTime); the per-partition cores and
+  memory `submit.yml.erb` asks for; the environment set-up and exports of `template/script.sh.erb`.
+* ERB (`<%= ... %>`) is left alone: Open OnDemand evaluates it when a student launches a session
+  (the form's values, the node's host, port and password), exactly as in OOD's own Jupyter app.
+
+The output folder is a complete batch_connect app (manifest.yml, form.yml.erb, submit.yml.erb,
+template/before.sh.erb, template/script.sh.erb, view.html.erb) to copy under
+/var/www/ood/apps/sys/ or a user's ~/ondemand/dev/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+from workshop.slurm.profiles import SLURM_DIR, Profile, ProfileError, current_env_activation, load_profile, time_seconds
+from workshop.slurm.render import shell_value
+
+OOD_DIR = SLURM_DIR / "ood"
+FILES = ("manifest.yml", "form.yml.erb", "submit.yml.erb", "template/before.sh.erb",
+         "template/script.sh.erb", "view.html.erb")
+_PLACEHOLDER = re.compile(r"@\{([a-z_]+)\}")
+_MEM_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _q(text: str) -> str:
+    """A YAML scalar that stays a string (a JSON string is valid YAML)."""
+    return json.dumps(text)
+
+
+def _mem_mb(mem: str) -> int:
+    return int(int(mem[:-1]) * _MEM_MB[mem[-1]]) if mem else 0
+
+
+SESSION_STEP_MIN = 15      # the form's minutes go in steps of this; the shortest session
+SESSION_MAX_MIN = 12 * 60  # the longest, where the partition allows more
+
+
+def max_minutes(max_time: str) -> int:
+    """The longest session a partition takes, in whole minutes (its MaxTime; 12 h where none is known)."""
+    return min(SESSION_MAX_MIN, time_seconds(max_time) // 60) if max_time else SESSION_MAX_MIN
+
+
+def session_minutes(profile: Profile) -> tuple[int, int]:
+    """(default, maximum) minutes of a session on the profile's default partition: the profile's
+    time, rounded up to the form's step, never beyond the partition's limit."""
+    cap = max_minutes(profile.partitions[profile.partition].max_time)
+    wanted = math.ceil(time_seconds(profile.time) / 60 / SESSION_STEP_MIN) * SESSION_STEP_MIN
+    return max(min(wanted, cap), min(SESSION_STEP_MIN, cap)), cap
+
+
+def _ruby_hash(values: dict[str, int]) -> str:
+    return "{" + ", ".join(f"{json.dumps(k)} => {v}" for k, v in values.items()) + "}"
+
+
+def site_values(profile: Profile, cluster: str | None = None, course_dir: str = "~/fsdp-workshop") -> dict[str, str]:
+    """Every `@{name}` of the app's templates, for one site profile."""
+    if profile.backend != "slurm":
+        raise ProfileError(profile.source, "backend", "Open OnDemand submits to Slurm, but this profile runs "
+                           "locally", "render the app for your site's Slurm profile (e.g. --profile example-hpc)")
+    parts = [p for p in profile.partitions.values() if p.name]
+    if not parts:
+        raise ProfileError(profile.source, "slurm.partitions", "no partition has a Slurm name",
+                           "give each [slurm.partitions.<key>] a name = \"...\" as `sinfo -s` prints it")
+    default = profile.partitions[profile.partition]
+    options = []
+    for p in parts:
+        label = p.name + (f": {p.gpus_per_node} x {p.gpu_name or p.gpu_type or 'GPU'} per node" if p.gpus_per_node
+                          else ": no GPUs")
+        extra = [f"data-max-num-gpus: {p.gpus_per_node}", f"data-max-session-minutes: {max_minutes(p.max_time)}"]
+        if p.gpu_type:
+            extra.append(f"data-set-gpu-type: {_q(p.gpu_type)}")
+        options.append(f"      - [{_q(label)}, {_q(p.name)}, {', '.join(extra)}]")
+    gpu_types = sorted({p.gpu_type for p in parts if p.gpu_type})
+    type_options = [f"      - [{_q('any')}, {_q('')}]"] + [f"      - [{_q(t)}, {_q(t)}]" for t in gpu_types]
+    setup = list(profile.setup) or current_env_activation()
+    workshop_profile = profile.name if Path(profile.source).parent == SLURM_DIR / "profiles" else profile.source
+    exports = [f"export WORKSHOP_PROFILE={shlex.quote(workshop_profile)}"]
+    if profile.hf_home:
+        exports.append(f"export HF_HOME={shell_value(profile.hf_home)}")
+    exports += ["export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1"]   # a compute node: the cache only
+    exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
+    exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
+    return {
+        "profile": profile.name,
+        "site": profile.description or profile.name,
+        "cluster": _q(cluster or profile.name),
+        "course_dir": _q(course_dir),
+        "partition": _q(default.name or parts[0].name),
+        "partition_options": "\n".join(options),
+        "account": _q(profile.account),
+        "reservation": _q(profile.reservation),
+        "minutes": str(session_minutes(profile)[0]),
+        "min_minutes": str(min(SESSION_STEP_MIN, min(max_minutes(p.max_time) for p in parts))),
+        "max_minutes": str(session_minutes(profile)[1]),
+        "gpu_type_options": "\n".join(type_options),
+        "max_gpus": str(max(p.gpus_per_node for p in parts)),
+        "cpus_per_gpu": _ruby_hash({p.name: p.cpus_per_proc for p in parts}),
+        "mem_mb_per_gpu": _ruby_hash({p.name: _mem_mb(p.mem_per_proc) for p in parts}),
+        "gpu_flag": "--gpus-per-node=" if profile.gpu_request != "gres" else "--gres=gpu:",
+        "setup": "\n".join(setup),
+        "exports": "\n".join(exports),
+    }
+
+
+def fill(text: str, values: dict[str, str], name: str = "template") -> str:
+    """Replace every `@{name}`; an unknown one is an error, never left for OOD to trip over."""
+    def one(m: re.Match[str]) -> str:
+        if m.group(1) not in values:
+            raise KeyError(f"{name}: unknown placeholder @{{{m.group(1)}}}; known: {', '.join(sorted(values))}")
+        return values[m.group(1)]
+    return _PLACEHOLDER.sub(one, text)
+
+
+def render_app(profile: str | Path | Profile, out_dir: str | Path, cluster: str | None = None,
+               course_dir: str = "~/fsdp-workshop") -> list[Path]:
+    """Write the site's app into `out_dir`; returns the files written."""
+    prof = load_profile(profile)
+    values = site_values(prof, cluster, course_dir)
+    out = Path(out_dir)
+    written = []
+    for rel in FILES:
+        text = fill((OOD_DIR / rel).read_text(), values, rel)
+        dest = out / rel
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+        shutil.copymode(OOD_DIR / rel, dest)
+        written.append(dest)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m workshop.course.ood", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("render", help="write the Open OnDemand app for a site profile")
+    r.add_argument("--profile", required=True, help="site profile name (slurm/profiles/) or .toml path")
+    r.add_argument("--out", required=True, help="folder to write the app into")
+    r.add_argument("--cluster", default=None, help="OOD cluster id (clusters.d/<id>.yml); default: the profile's name")
+    r.add_argument("--course-dir", default="~/fsdp-workshop", help="the form's default course folder")
+    args = ap.parse_args(argv)
+    try:
+        files = render_app(args.profile, args.out, args.cluster, args.course_dir)
+    except ProfileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for f in files:
+        print(f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

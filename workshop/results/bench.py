@@ -1,0 +1,615 @@
+"""`workshop bench`: every course configuration as a real training run on one device, measured.
+
+Why a harness and not a notebook: the course makes promises (the course baseline is 5x the seed
+recipe, FSDP reaches 40% MFU, the memory model predicts each run within 10%) and a promise needs a
+figure that anyone can re-make with one command, with the date, device and versions beside it.
+
+Each configuration is one `torchrun --nproc-per-node 1 -m workshop.training.train --config CONFIG.json` in a
+subprocess (the job launch contract of docs/design.md; CPU smoke runs skip the launcher and set its
+environment themselves), so CUDA peak-memory counters start from zero and nothing leaks between
+configurations. The first `--warmup-steps` records of each run's
+metrics.jsonl (CUDA/cuBLAS initialisation, FSDP lazy init, allocator growth) are dropped; the
+figures are time-weighted over the remaining records. Peak memory is over the whole run.
+
+The seed recipe padded every example to 512 tokens: that is the config's `pad_to_max_length`, so
+every configuration, the seed recipe included, runs the training script's own path unchanged.
+
+GPU figures go to benchmarks/results/; CPU numbers are refused there (smoke runs: benchmarks/smoke/,
+git-ignored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workshop.training.config import ENV_VARS, RunConfig, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS_DIR = REPO / "benchmarks" / "results"
+SMOKE_DIR = REPO / "benchmarks" / "smoke"
+SEQ_LEN = 512  # the course's max_length for SQuAD, and the seed recipe's fixed width
+FIXTURE_TRAIN = 50  # examples in workshop/assets/squad_fixture/train.json
+
+# The issue's targets.
+SPEEDUP_TARGET = 5.0
+MFU_TARGET = 0.40
+MEMORY_TOLERANCE = 0.10
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One course configuration: the RunConfig changes that define it, and why it is in the table."""
+
+    name: str
+    why: str
+    changes: dict[str, Any]
+    pad_to: int = 0  # > 0: every batch padded to this many tokens (the seed recipe)
+    course_batch: bool = True  # use the bench's --batch-size (False: the recipe fixes its own batch)
+
+
+CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
+    BenchConfig("seed-recipe", "the seed course's KAUST baseline: pad to 512, batch 1, grad acc 4, fp16, no sharding",
+                dict(precision="fp16", sharding="none", batch_size=1, grad_acc=4, pad_to_max_length=True,
+                     max_length=SEQ_LEN), pad_to=SEQ_LEN,
+                course_batch=False),
+    BenchConfig("baseline", "the course baseline: bf16, dynamic padding, no sharding",
+                dict(precision="bf16", sharding="none")),
+    BenchConfig("full_shard", "FSDP2 reshard_after_forward=True (FSDP1 FULL_SHARD)",
+                dict(precision="bf16", sharding="full_shard")),
+    BenchConfig("shard_grad_op", "FSDP2 reshard_after_forward=False (FSDP1 SHARD_GRAD_OP)",
+                dict(precision="bf16", sharding="shard_grad_op")),
+    BenchConfig("offload", "FSDP2 full_shard with CPU offload of params, grads and AdamW state",
+                dict(precision="bf16", sharding="full_shard", offload=True)),
+    BenchConfig("activation_checkpointing", "FSDP2 full_shard with activation checkpointing per BloomBlock",
+                dict(precision="bf16", sharding="full_shard", activation_checkpointing=True)),
+)}
+
+
+# ---------------------------------------------------------------------------------------- paths
+
+
+def device_slug(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': a file name a shell never has to quote."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown"
+
+
+def is_results_path(path: Path) -> bool:
+    """Whether `path` is (inside) a benchmarks/results folder, this repo's or any copy's."""
+    resolved = Path(os.path.abspath(path))
+    if resolved == RESULTS_DIR or RESULTS_DIR in resolved.parents:
+        return True
+    parts = resolved.parts
+    return any(parts[i:i + 2] == ("benchmarks", "results") for i in range(len(parts) - 1))
+
+
+class RefusedOutput(ValueError):
+    """CPU (or non-BLOOM-560M) numbers asked to go where only GPU figures belong."""
+
+
+def check_output(out_dir: Path, device: str, model: str) -> None:
+    """benchmarks/results is for BLOOM-560M figures measured on a GPU; anything else stays out."""
+    if not is_results_path(out_dir):
+        return
+    if device != "cuda":
+        raise RefusedOutput(f"{out_dir} holds GPU figures only, and this run is on {device!r}. "
+                            f"Write CPU smoke runs elsewhere (default: {SMOKE_DIR}, git-ignored), "
+                            "or run on a GPU node with --device cuda")
+    if not model.startswith("bloom-560m"):
+        raise RefusedOutput(f"{out_dir} holds BLOOM-560M figures only, and this run's model is {model!r}. "
+                            "Use --model bloom-560m-random, or another --output")
+
+
+def unique_stem(out_dir: Path, stem: str) -> str:
+    """`stem`, or `stem-2`, `stem-3`...: a second run on the same day never overwrites a committed one."""
+    candidate, n = stem, 1
+    while (out_dir / f"{candidate}.json").exists():
+        n += 1
+        candidate = f"{stem}-{n}"
+    return candidate
+
+
+# ---------------------------------------------------------------------------------------- inputs
+
+
+def length_distribution(model: str, max_length: int, n: int = FIXTURE_TRAIN) -> dict[str, Any]:
+    """Non-pad tokens per fixture example, encoded exactly as training encodes them."""
+    from workshop.training import data, models
+
+    tok = models.load_tokenizer(model)
+    in_order = [len(data.encode_for_training(tok, ex, max_length)["input_ids"])
+                for ex in data.load_examples("fixture", "train", n)]
+    lengths = sorted(in_order)
+    p95 = lengths[min(len(lengths) - 1, math.ceil(0.95 * len(lengths)) - 1)]
+    return {"source": "workshop/assets/squad_fixture/train.json", "examples": len(lengths),
+            "tokenizer": f"{type(tok).__name__}, vocab {len(tok)}" + (
+                " (the offline BLOOM-shaped BPE: more tokens per word than BLOOM's 250k vocabulary)"
+                if len(tok) < 10_000 else ""),
+            "max_length": max_length, "mean": round(statistics.mean(lengths), 1),
+            "p50": statistics.median(lengths), "p95": p95, "min": lengths[0], "max": lengths[-1],
+            "lengths": in_order}  # in fixture order: a run on train_size=k trains on the first k
+
+
+def train_size_for(global_batch: int, max_steps: int, available: int = FIXTURE_TRAIN) -> int:
+    """Whole batches only (no short last batch in the timings), and no more examples than the run
+    trains on, so every example (the longest one included) is seen and sets the measured peak."""
+    usable = available - available % global_batch
+    if usable < global_batch:
+        raise ValueError(f"global batch {global_batch} is larger than the fixture ({available} examples)")
+    return min(usable, max_steps * global_batch)
+
+
+def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup: int, measure: int,
+               out_dir: Path) -> RunConfig:
+    """The RunConfig of one configuration, validated; on a CPU every precision becomes fp32 (fp16
+    needs a GPU, bf16 on CPU measures nothing the course cares about)."""
+    changes = dict(bc.changes)
+    if bc.course_batch:
+        changes.update(batch_size=batch_size, grad_acc=1)
+    if device == "cpu":
+        changes["precision"] = "fp32"
+    max_steps = warmup + measure
+    global_batch = changes["batch_size"] * changes.get("grad_acc", 1)
+    return load_config(overrides=dict(
+        model=model, dataset="fixture", train_size=train_size_for(global_batch, max_steps), eval_size=8,
+        eval_split="dev", max_length=SEQ_LEN, global_batch=0, max_steps=max_steps, logging_steps=1,
+        eval_generate=False, device=device, nodes=1, procs_per_node=1, wandb="disabled",
+        output_dir=str(out_dir), **changes))
+
+
+# ---------------------------------------------------------------------------------------- launching
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def child_env(device: str) -> dict[str, str]:
+    """The environment of a run: no seed env vars (they would override the config file), no Hub,
+    the repo importable, and on a GPU every CPU core for the offload configuration's CPU AdamW
+    (torchrun would otherwise set OMP_NUM_THREADS=1)."""
+    drop = set(ENV_VARS) | {"FP16", "BF16"}
+    env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("WORKSHOP_")}
+    env.update(PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    if "OMP_NUM_THREADS" not in os.environ:
+        env["OMP_NUM_THREADS"] = "1" if device == "cpu" else str(len(os.sched_getaffinity(0)))
+    return env
+
+
+def launch(cfg: RunConfig, pad_to: int, timeout: float, device: str,
+           launcher: str = "torchrun") -> tuple[int, str, float]:
+    """One process running the training script on `cfg`, started by torchrun (the course's launch
+    contract) or directly with torchrun's environment (CPU smoke runs: ~1/3 less start-up);
+    returns (exit code, log, wall seconds)."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config_path = cfg.to_json(out / "config.json")
+    entry = ["-m", "workshop.training.train"]
+    env, port = child_env(device), str(free_port())
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+               "--master-port", port, *entry, "--config", str(config_path)]
+    else:  # what torchrun sets for one process, without paying for the launcher's own torch import
+        cmd = [sys.executable, *entry, "--config", str(config_path)]
+        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    started = time.perf_counter()
+    # Its own session, so a timeout kills torchrun's worker too and never leaves a GPU held.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        log, _ = proc.communicate(timeout=timeout)
+        code = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        log, _ = proc.communicate()
+        code, log = 124, (log or "") + f"\n[workshop bench] killed after {timeout:.0f} s (--timeout)\n"
+    wall = time.perf_counter() - started
+    (out / "job.log").write_text(" ".join(cmd) + "\n" + log)
+    return code, log, wall
+
+
+# ---------------------------------------------------------------------------------------- measuring
+
+
+def steady_state(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
+    """Throughput and MFU over the records after the warm-up, weighted by each record's duration
+    (sum of samples / sum of seconds, not a mean of rates)."""
+    kept = [r for r in records if r.get("kind") == "train" and r["step"] > warmup]
+    seconds = sum(r["step_time_s"] for r in kept)
+    if not kept or seconds <= 0:
+        return {"measured_steps": 0}
+
+    def weighted(key: str) -> float | None:
+        if any(r.get(key) is None for r in kept):
+            return None
+        return sum(r[key] * r["step_time_s"] for r in kept) / seconds
+
+    sps, tps, tflops, mfu = weighted("samples_per_s"), weighted("tokens_per_s"), weighted("tflops"), weighted("mfu")
+    return {"measured_steps": len(kept), "measured_seconds": round(seconds, 4),
+            "samples_per_s": round(sps, 3) if sps is not None else None,
+            "tokens_per_s": round(tps, 1) if tps is not None else None,
+            "tflops": round(tflops, 3) if tflops is not None else None,
+            "mfu": round(mfu, 4) if mfu is not None else None,
+            "step_time_s_median": round(statistics.median(r["step_time_s"] for r in kept), 4)}
+
+
+def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None) -> dict[str, Any]:
+    """The memory model's prediction for what ran, at the widest batch the run trained on (dynamic
+    padding: the longest example; the seed recipe: the fixed width). A run that read back a DDP
+    wrapper is predicted as ddp (`predicted_as` says which); a one-process 'none' run is a plain model."""
+    from workshop.results import memory
+
+    sharding = "ddp" if cfg.sharding == "none" and wrapper == "DistributedDataParallel" else cfg.sharding
+    bd = memory.estimate(cfg.model, sharding, cfg.world_size, cfg.precision, cfg.batch_size, seq_len,
+                         cfg.offload, cfg.activation_checkpointing, cfg.replicas)
+    # what a GPU's allocator holds: the tracker's peak plus DDP's gradient buckets
+    return {"seq_len": seq_len, "predicted_as": sharding, "total_mb": round(bd.gpu_peak / memory.MB, 1),
+            "components_mb": {k: round(v, 1) for k, v in bd.as_mb().items()}}
+
+
+def diagnosis(run_dir: Path, log: str) -> str:
+    """One sentence on why a run failed (workshop.results.diagnose), else the log's last line."""
+    try:
+        from workshop.results.diagnose import diagnose
+
+        found = diagnose(run_dir / "job.log")
+        if found:
+            return f"{found[0].title}. Change: {found[0].fix}"
+    except Exception as e:  # a failed diagnosis must not hide the failure itself
+        return f"(diagnose failed: {e}) " + (log.strip().splitlines() or [""])[-1][:300]
+    return (log.strip().splitlines() or ["(empty log)"])[-1][:300]
+
+
+def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device: str,
+            lengths: list[int], launcher: str = "torchrun") -> dict[str, Any]:
+    """Run one configuration and turn its run folder into one row of the results."""
+    run_dir = Path(cfg.output_dir)
+    code, log, wall = launch(cfg, bc.pad_to, timeout, device, launcher)
+    seq = bc.pad_to or max(lengths[:cfg.train_size])
+    row: dict[str, Any] = {"name": bc.name, "why": bc.why, "config": cfg.resolved(), "pad_to": bc.pad_to or None,
+                           "run_dir": str(run_dir), "exit_code": code, "wall_s": round(wall, 1),
+                           "prediction": predict(cfg, seq)}
+    summary_path = run_dir / "summary.json"
+    if code == 124:
+        row.update(status="failed", error=f"did not finish within --timeout {timeout:.0f} s; raise it, or look "
+                                          f"at {run_dir / 'job.log'} for where it stalled")
+        return row
+    if code != 0 or not summary_path.is_file():
+        row.update(status="failed", error=diagnosis(run_dir, log))
+        return row
+    summary = json.loads(summary_path.read_text())
+    row["prediction"] = predict(cfg, seq, summary.get("wrapper"))
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    stats = steady_state(records, warmup)
+    measured = summary.get("peak_mem_mb")
+    comparable = summary.get("mem_kind") == "cuda_allocated" and measured
+    row.update(
+        status="completed" if stats["measured_steps"] else "failed",
+        device_name=summary.get("device_name"), sharding_applied=summary.get("sharding_applied"),
+        wrapper=summary.get("wrapper"), offload_applied=summary.get("offload_applied"),
+        steps=summary.get("steps"), warmup_steps=warmup, **stats,
+        peak_mem_mb=measured, peak_reserved_mb=summary.get("peak_reserved_mb"), mem_kind=summary.get("mem_kind"),
+        memory_rel_error=round((row["prediction"]["total_mb"] - measured) / measured, 4) if comparable else None,
+        train_loss=summary.get("train_loss"),
+        records=[{k: r.get(k) for k in ("step", "loss", "step_time_s", "samples_per_s", "tokens_per_s", "tflops",
+                                        "mfu", "peak_mem_mb", "peak_reserved_mb")}
+                 for r in records if r.get("kind") == "train"],
+    )
+    if not stats["measured_steps"]:
+        row["error"] = f"no train records after the {warmup} warm-up steps"
+    return row
+
+
+# ---------------------------------------------------------------------------------------- targets
+
+
+def evaluate_targets(rows: list[dict[str, Any]], device: str, model: str) -> list[dict[str, Any]]:
+    """Each of the issue's targets: met / not met / not evaluated, with the figure and the reason."""
+    by_name = {r["name"]: r for r in rows}
+    ok = [r for r in rows if r["status"] == "completed"]
+    targets = [
+        {"target": f"course baseline >= {SPEEDUP_TARGET:g}x the seed recipe in samples/s", "key": "speedup"},
+        {"target": f"best configuration >= {MFU_TARGET:.0%} MFU", "key": "mfu"},
+        {"target": f"memory model within {MEMORY_TOLERANCE:.0%} of measured peak (allocated) for every "
+                   "configuration", "key": "memory"},
+    ]
+    skip = None
+    if device != "cuda":
+        skip = "not evaluated on CPU"
+    elif not model.startswith("bloom-560m"):
+        skip = f"not evaluated: the targets are for BLOOM-560M, this run used {model!r}"
+
+    base, seed = by_name.get("baseline", {}), by_name.get("seed-recipe", {})
+    if base.get("samples_per_s") and seed.get("samples_per_s"):
+        ratio = base["samples_per_s"] / seed["samples_per_s"]
+        targets[0].update(value=round(ratio, 2), status="met" if ratio >= SPEEDUP_TARGET else "not met",
+                          why=f"baseline {base['samples_per_s']:.2f} / seed recipe {seed['samples_per_s']:.2f} "
+                              f"samples/s = {ratio:.2f}x")
+    else:
+        missing = [n for n, r in (("baseline", base), ("seed-recipe", seed)) if not r.get("samples_per_s")]
+        targets[0].update(value=None, status="not met", why=f"no throughput for {', '.join(missing)} "
+                          "(not run, or failed)")
+
+    mfus = [(r["mfu"], r["name"]) for r in ok if r.get("mfu") is not None]
+    if mfus:
+        best, name = max(mfus)
+        targets[1].update(value=best, status="met" if best >= MFU_TARGET else "not met",
+                          why=f"best is {name} at {best:.1%}" + ("" if best >= MFU_TARGET else
+                                                                f", {MFU_TARGET - best:.1%} short"))
+    else:
+        targets[1].update(value=None, status="not met", why="no configuration reported an MFU (no GPU peak "
+                          "known for this device in workshop.training.metrics.PEAK_TFLOPS, or no run completed)")
+
+    errors = [(r["name"], r.get("memory_rel_error")) for r in rows]
+    unmeasured = [n for n, e in errors if e is None]
+    outside = [f"{n} {e:+.1%}" for n, e in errors if e is not None and abs(e) > MEMORY_TOLERANCE]
+    worst = max((abs(e) for _, e in errors if e is not None), default=None)
+    if unmeasured:
+        targets[2].update(value=worst, status="not met",
+                          why=f"no comparable CUDA peak for {', '.join(unmeasured)}"
+                              + (f"; outside the band: {', '.join(outside)}" if outside else ""))
+    else:
+        targets[2].update(value=worst, status="not met" if outside else "met",
+                          why=(f"outside +-{MEMORY_TOLERANCE:.0%}: {', '.join(outside)}" if outside else
+                               f"worst error {worst:.1%}"))
+    if skip:
+        for t in targets:
+            t["why"] = f"{skip} (CPU figures, for the record only: {t['why']})" if device != "cuda" else t["why"]
+            t["status"] = skip
+    return targets
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def _fmt(value: Any, spec: str = "", none: str = "n/a") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return none
+    return format(value, spec)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results table in one fixed shape (nccl-tests' habit): greppable, diffable between runs."""
+    dist = result["lengths"]
+    lines = [
+        f"# `workshop bench` — {result['device_name']}, {result['date']}",
+        "",
+        f"Model `{result['model']}`" + (" (random init, BLOOM-560M shapes)" if result["model"] == "bloom-560m-random"
+                                         else "") + ", one process, SQuAD-shaped fixture "
+        f"inputs; {result['warmup_steps']} warm-up steps dropped, {result['measure_steps']} measured. "
+        f"git `{result['git_sha']}`; torch {result['versions'].get('torch')}, transformers "
+        f"{result['versions'].get('transformers')}, accelerate {result['versions'].get('accelerate')}, "
+        f"CUDA {result['versions'].get('cuda')}, NCCL {result['versions'].get('nccl')}.",
+        "",
+        f"Lengths (non-pad tokens per example, {dist['tokenizer']}): mean {dist['mean']}, p50 {dist['p50']}, "
+        f"p95 {dist['p95']}, max {dist['max']} over {dist['examples']} examples.",
+        "",
+        "| config | precision | sharding | batch x acc | width | samples/s | tokens/s | TFLOP/s | MFU "
+        "| peak alloc MB | peak reserved MB | predicted MB | error | status |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for r in result["configs"]:
+        c = r["config"]
+        ddp1 = r["prediction"].get("predicted_as") == "ddp" and c["sharding"] == "none"
+        sharding = c["sharding"] + (" (DDP-1)" if ddp1 else "") + (" +offload" if c["offload"] else "") + (" +AC" if c["activation_checkpointing"] else "")
+        width = f"pad {r['pad_to']}" if r.get("pad_to") else f"dyn <= {r['prediction']['seq_len']}"
+        lines.append(
+            f"| {r['name']} | {c['precision']} | {sharding} | {c['batch_size']} x {c['effective_grad_acc']} | {width} "
+            f"| {_fmt(r.get('samples_per_s'), '.2f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} "
+            f"| {_fmt(r.get('tflops'), '.1f')} | {_fmt(r.get('mfu'), '.1%')} | {_fmt(r.get('peak_mem_mb'), ',.0f')} "
+            f"| {_fmt(r.get('peak_reserved_mb'), ',.0f')} | {_fmt(r['prediction']['total_mb'], ',.0f')} "
+            f"| {_fmt(r.get('memory_rel_error'), '+.1%')} | {r['status']} |")
+    lines += ["", "## Targets", ""]
+    lines += [f"- **{t['status']}** — {t['target']}: {t['why']}" for t in result["targets"]]
+    failed = [r for r in result["configs"] if r["status"] != "completed"]
+    if failed:
+        lines += ["", "## Failures", ""] + [f"- {r['name']}: {r.get('error')}" for r in failed]
+    lines += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    """Samples/s and peak memory (measured allocated, reserved, predicted) per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["configs"]
+    names = [r["name"] for r in rows]
+    xs = list(range(len(rows)))
+
+    def val(r: dict[str, Any], key: str) -> float:
+        v = r.get(key)
+        return float(v) if v is not None else 0.0
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(9, 2.2 * len(rows) + 3), 4.2))
+    ax1.bar(xs, [val(r, "samples_per_s") for r in rows], color="C2")
+    ax1.set_ylabel("samples/s (after warm-up)")
+    ax1.set_title("Throughput")
+    w = 0.27
+    ax2.bar([x - w for x in xs], [val(r, "peak_mem_mb") for r in rows], w, label="measured (allocated)", color="C1")
+    ax2.bar(xs, [val(r, "peak_reserved_mb") for r in rows], w, label="measured (reserved)", color="C3", alpha=0.7)
+    ax2.bar([x + w for x in xs], [r["prediction"]["total_mb"] for r in rows], w, label="memory model", color="C0")
+    ax2.set_ylabel("peak memory per device (MB)")
+    ax2.set_title("Peak memory")
+    ax2.legend(fontsize=8)
+    for ax in (ax1, ax2):
+        ax.set_xticks(xs, names, rotation=25, ha="right")
+        ax.grid(axis="y", alpha=0.3)
+        for x, r in zip(xs, rows):
+            if r["status"] != "completed":
+                ax.annotate(r["status"], (x, 0), ha="center", va="bottom", fontsize=7, rotation=90)
+    fig.suptitle(f"{result['model']} on {result['device_name']} ({result['date']})", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------- the bench
+
+
+@dataclass
+class BenchOptions:
+    model: str = "bloom-560m-random"
+    device: str = "cuda"
+    configs: list[str] = field(default_factory=lambda: list(CONFIGS))
+    batch_size: int = 32
+    warmup_steps: int = 3
+    measure_steps: int = 10
+    output: Path | None = None
+    runs_dir: Path | None = None
+    timeout: float = 900.0
+    plot: bool = True
+    launcher: str = "torchrun"
+
+
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
+    """Every configuration in turn; writes <date>-<device>.json/.md/.png; returns the result."""
+    from workshop.training import run_record
+
+    gpu_figures = opts.device == "cuda" and opts.model.startswith("bloom-560m")
+    out_dir = opts.output or (RESULTS_DIR if gpu_figures else SMOKE_DIR)
+    check_output(out_dir, opts.device, opts.model)
+    unknown = [c for c in opts.configs if c not in CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+    versions = run_record.versions()
+    device_name = "cpu"
+    if opts.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RefusedOutput("--device cuda, but no GPU is visible. Run on a GPU node (sbatch --gpus 1 ...), "
+                                "or use --model tiny --device cpu for a smoke run")
+        device_name = torch.cuda.get_device_name(0)
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    stem = unique_stem(out_dir, f"{date}-{device_slug(device_name)}")
+    runs_dir = opts.runs_dir or REPO / "runs" / "bench" / stem
+    lengths = length_distribution(opts.model, SEQ_LEN)
+
+    rows = []
+    for name in opts.configs:
+        bc = CONFIGS[name]
+        cfg = run_config(bc, opts.model, opts.device, opts.batch_size, opts.warmup_steps, opts.measure_steps,
+                         runs_dir / name)
+        print(f"[bench] {name}: {bc.why} ...", flush=True)
+        row = measure(bc, cfg, opts.warmup_steps, opts.timeout, opts.device, lengths["lengths"], opts.launcher)
+        rows.append(row)
+        print(f"[bench] {name}: {row['status']} | {_fmt(row.get('samples_per_s'), '.2f')} samples/s | "
+              f"mfu {_fmt(row.get('mfu'), '.1%')} | peak {_fmt(row.get('peak_mem_mb'), ',.0f')} MB "
+              f"({row.get('mem_kind')}) | predicted {row['prediction']['total_mb']:,.0f} MB"
+              + (f" | {row['error']}" if row.get("error") else ""), flush=True)
+
+    measured_devices = {r.get("device_name") for r in rows if r.get("device_name")}
+    if opts.device == "cuda" and measured_devices - {device_name}:
+        raise RefusedOutput(f"asked for {device_name}, runs reported {sorted(measured_devices)}: not writing")
+    notes = [
+        "Throughput counts only non-pad tokens; MFU = achieved model FLOP/s / the device's dense peak "
+        "(workshop/training/metrics.py: 6N + 12*L*h*s FLOPs per token, recomputation not counted).",
+        "Peak memory is torch.cuda.max_memory_allocated over the whole run (warm-up included); the memory "
+        "model excludes the CUDA context and allocator slack, so reserved is shown but the error is vs allocated.",
+        "A 'none' run is a plain single process (no DDP wrapper, no gradient buckets), read back from the model.",
+        "Prediction width: the longest example trained on (dynamic padding; every example is seen at least once) "
+        "or the fixed pad width (seed recipe).",
+        "seed-recipe: pad_to_max_length=True with max_length 512 (every batch 512 tokens wide, as the seed did).",
+        f"Each configuration is a separate process ({opts.launcher}; workshop.training.train --config), eval_generate off; "
+        "evaluation time is excluded from throughput by the training script's metrics callback.",
+    ]
+    if opts.device == "cpu":
+        notes.insert(0, "CPU smoke run: precision forced to fp32, memory is peak RSS (not comparable with the "
+                        "model), MFU n/a, targets not evaluated. Not a benchmark figure.")
+    result = {
+        "date": date, "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "device": opts.device, "device_name": device_name, "host": socket.gethostname(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "model": opts.model, "versions": versions,
+        "git_sha": run_record.git_sha(), "command": "workshop bench " + " ".join(sys.argv[1:]),
+        "launcher": opts.launcher, "batch_size": opts.batch_size, "warmup_steps": opts.warmup_steps, "measure_steps": opts.measure_steps,
+        "omp_num_threads": child_env(opts.device).get("OMP_NUM_THREADS"),
+        "lengths": lengths,
+        "configs": rows,
+        "targets": evaluate_targets(rows, opts.device, opts.model),
+        "notes": notes,
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{stem}.json"
+    json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (out_dir / f"{stem}.md").write_text(markdown(result))
+    if opts.plot:
+        plot(result, out_dir / f"{stem}.png")
+    result["paths"] = {"json": str(json_path), "md": str(out_dir / f"{stem}.md"),
+                       "png": str(out_dir / f"{stem}.png") if opts.plot else None}
+    return result
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workshop bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="bloom-560m-random", help="bloom-560m-random (the benchmark) or tiny (smoke)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    p.add_argument("--configs", default=",".join(CONFIGS), help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="per-device batch of every configuration except seed-recipe (default 32 on cuda, 4 on cpu)")
+    p.add_argument("--warmup-steps", type=int, default=None, help="records dropped (default 3 on cuda, 1 on cpu)")
+    p.add_argument("--measure-steps", type=int, default=None, help="records measured (default 10 on cuda, 2 on cpu)")
+    p.add_argument("--output", type=Path, default=None,
+                   help=f"folder for <date>-<device>.json/.md/.png (default: {RESULTS_DIR.relative_to(REPO)} on "
+                        f"cuda, {SMOKE_DIR.relative_to(REPO)} on cpu; CPU numbers are refused in benchmarks/results)")
+    p.add_argument("--runs-dir", type=Path, default=None, help="where each configuration's run folder goes "
+                   "(default: runs/bench/<date>-<device>/)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds allowed per configuration")
+    p.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    p.add_argument("--launcher", choices=("torchrun", "direct"), default=None,
+                   help="torchrun (default on cuda: the course's launch) or direct (default on cpu: the same "
+                        "environment torchrun sets for one process, faster to start)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    cuda = args.device == "cuda"
+    opts = BenchOptions(
+        model=args.model, device=args.device, configs=[c.strip() for c in args.configs.split(",") if c.strip()],
+        batch_size=args.batch_size or (32 if cuda else 4),
+        warmup_steps=args.warmup_steps if args.warmup_steps is not None else (3 if cuda else 1),
+        measure_steps=args.measure_steps if args.measure_steps is not None else (10 if cuda else 2),
+        output=args.output, runs_dir=args.runs_dir, timeout=args.timeout, plot=not args.no_plot,
+        launcher=args.launcher or ("torchrun" if cuda else "direct"))
+    if opts.measure_steps < 1 or opts.warmup_steps < 0 or opts.batch_size < 1:
+        print("workshop bench: --measure-steps and --batch-size must be >= 1, --warmup-steps >= 0", file=sys.stderr)
+        return 2
+    try:
+        result = run_bench(opts)
+    except (RefusedOutput, ValueError) as e:
+        print(f"workshop bench: {e}", file=sys.stderr)
+        return 2
+    print(markdown(result), end="")
+    print(f"[bench] wrote {result['paths']['json']}, {result['paths']['md']}"
+          + (f", {result['paths']['png']}" if result["paths"]["png"] else ""))
+    return 0 if all(r["status"] == "completed" for r in result["configs"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,436 @@
+"""The memory model: bytes per GPU (or CPU rank) by category, for what the course's runs execute.
+
+Why a model and not just a measurement: before a job is submitted, a student should be able to say
+"this will not fit on one GPU, but full_shard on 4 will", and afterwards compare the prediction with
+what the run measured (workshop.training.tensor_memory counts tensor memory by the same categories).
+
+Categories (each one's own peak over a training step, as workshop.training.tensor_memory measures them) and
+`peak`, the most tensor memory alive at one moment:
+- params: the stored fp32 parameters (sharded over N under FSDP) plus, under FSDP, the units
+  gathered at once in the compute dtype (full_shard: the embedding unit, kept from the end of
+  forward to the end of backward because the tied lm_head uses it, plus one block; shard_grad_op:
+  every unit, none is resharded after forward).
+- grads: the fp32 gradients each rank stores (sharded over N under FSDP). Without FSDP and with
+  gradient accumulation, a later micro-batch's gradient of the largest parameter (the tied embedding)
+  is counted as a gradient before it is added to the stored one.
+- unsharded_grads (FSDP, part of `other`): a unit's full gradient before its reduce-scatter, fp32 or
+  bf16 with accelerate's MixedPrecisionPolicy (it reduces in bf16). The embedding unit's lives
+  through all of backward (the tied lm_head starts it). With gradient accumulation the Trainer skips
+  the sync on non-final micro-batches, and FSDP2 then keeps every unit's until the final one.
+- optimizer: AdamW's exp_avg and exp_avg_sq, fp32 (8 bytes per stored parameter).
+- activations: what forward leaves for backward, counted tensor by tensor from BLOOM's code with
+  the tracker (bytes per element of each shape; x = b·s tokens):
+      per block   64·x·h (fp32) | 36·x·h (16-bit)       linear, GeLU and LayerNorm inputs/outputs
+                  4 | 6 bytes per b·a·s² element         BLOOM's softmax runs in fp32 (then a bf16 copy)
+      outside     12 | 14 bytes per x·h, 64 per token    embeddings, final norm, ids/labels/mask
+      logits      8 | 10 bytes per x·V                   fp32 logits and the fp32 copy cross-entropy
+                                                         keeps (16-bit: the bf16 logits, their fp32
+                                                         upcast and the loss's copy)
+      autocast    2 bytes per weight                     DDP/one-process bf16: autocast's weight casts
+      DDP         c bytes per x·V                        DDP's forward keeps another logits-sized output
+  Activation checkpointing keeps each block's inputs (4 h-sized tensors per token) instead of its
+  internals; the category then peaks in backward, when one block's internals are recomputed on top
+  of them (the tracker counts recomputed tensors as activations). Calibrated on the tiny model and
+  checked by tests against the measurement; the coefficients are counts of tensors in BLOOM's
+  forward, not per-run constants.
+- other: temporaries (the loss gradient, gradients of activations in backward), DDP's all-reduce
+  copies, FSDP's all-gather/reduce-scatter buffers.
+- peak: at the start of backward: stored params + gathered units + optimizer state + activations +
+  the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
+  the largest activations of all.
+- host_*: with offload, the sharded params, grads and AdamW state live in host memory.
+- ddp_buckets (DDP only): the reducer's gradient buckets, one fp32 copy of every gradient (4 bytes per
+  parameter; the Trainer leaves gradient_as_bucket_view off). DDP allocates them in C++ when it wraps
+  the model, before PyTorch's tracker enters, so the tracker never sees them and `peak` leaves them
+  out.
+
+Two peaks, for two instruments:
+- `peak` (`total`): what PyTorch's tracker (workshop.training.tensor_memory) counts on one step. The tests and
+  the course's tables compare it with the measurement on CPU, where nothing else can be measured.
+- `gpu_peak`: `peak` + `ddp_buckets`: what the CUDA caching allocator holds at the peak
+  (`torch.cuda.max_memory_allocated`, the `allocator_peak` of a GPU run). "Does it fit a GPU"
+  (largest_model_that_fits, workshop.course.explorer) asks this one.
+1 MB here is 2**20 bytes, the unit the training script reports. Not included in either: the CUDA
+context (~0.5 GiB) and the caching allocator's slack (reserved minus allocated).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+MB = 2**20
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Arch:
+    """The shapes of a BLOOM-family decoder (tied input/output embeddings)."""
+
+    name: str
+    vocab: int
+    hidden: int
+    layers: int
+    heads: int
+
+    @property
+    def block_params(self) -> int:
+        """One BloomBlock: qkv (h·3h + 3h), dense (h·h + h), mlp (h·4h + 4h, 4h·h + h), two LayerNorms (4h)."""
+        h = self.hidden
+        return 12 * h * h + 13 * h
+
+    @property
+    def root_params(self) -> int:
+        """Outside the blocks: word embeddings V·h (tied with lm_head), embedding LayerNorm 2h, ln_f 2h."""
+        return self.vocab * self.hidden + 4 * self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.root_params + self.layers * self.block_params
+
+
+# Shapes from bigscience/bloom-560m's config.json and workshop.training.models.TINY (a test keeps them equal).
+PROFILES: dict[str, Arch] = {
+    "bloom-560m": Arch("bloom-560m", 250880, 1024, 24, 16),
+    "bloom-1b1": Arch("bloom-1b1", 250880, 1536, 24, 16),
+    "bloom-1b7": Arch("bloom-1b7", 250880, 2048, 24, 16),
+    "bloom-3b": Arch("bloom-3b", 250880, 2560, 30, 32),
+    "bloom-7b1": Arch("bloom-7b1", 250880, 4096, 30, 32),
+    "tiny": Arch("tiny", 1024, 96, 2, 4),
+}
+PROFILES["bloom-560m-random"] = PROFILES["bloom-560m"]
+PROFILES["bigscience/bloom-560m"] = PROFILES["bloom-560m"]
+
+SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard")
+COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def get_arch(model: str | Arch) -> Arch:
+    if isinstance(model, Arch):
+        return model
+    try:
+        return PROFILES[model]
+    except KeyError:
+        raise ValueError(f"unknown model profile {model!r}; use one of {', '.join(PROFILES)}") from None
+
+
+CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
+HOST = ("host_params", "host_grads", "host_optimizer")
+
+
+@dataclass
+class Breakdown:
+    """Predicted bytes per GPU (or CPU rank) by category; `peak` the most alive at once (`total` too)."""
+
+    params: int = 0
+    grads: int = 0
+    optimizer: int = 0
+    activations: int = 0
+    other: int = 0
+    peak: int = 0
+    host_params: int = 0
+    host_grads: int = 0
+    host_optimizer: int = 0
+    unsharded_grads: int = 0  # FSDP: full gradients before their reduce-scatter (counted in `other`)
+    ddp_buckets: int = 0  # DDP's gradient buckets: in `gpu_peak`, not in `peak` (the tracker cannot see them)
+    n_params: int = 0
+    shard_size: int = 1
+    notes: list[str] = field(default_factory=list)
+
+    COMPONENTS = CATEGORIES
+
+    @property
+    def total(self) -> int:
+        return self.peak
+
+    @property
+    def total_mb(self) -> float:
+        return self.peak / MB
+
+    @property
+    def gpu_peak(self) -> int:
+        """What a GPU's allocator holds at the peak: the tracker's `peak` plus DDP's gradient buckets."""
+        return self.peak + self.ddp_buckets
+
+    @property
+    def cpu(self) -> int:
+        return self.host_params + self.host_grads + self.host_optimizer
+
+    def as_mb(self) -> dict[str, float]:
+        out = {c: getattr(self, c) / MB for c in (*CATEGORIES, "peak", *HOST, "unsharded_grads", "ddp_buckets")}
+        out["gpu_peak"] = self.gpu_peak / MB
+        out["host"] = self.cpu / MB
+        out["total"] = self.total_mb
+        return out
+
+
+# Bytes per element of each activation shape, by how the run computes (see the module docstring).
+ACT_COEF = {
+    "fp32": dict(block=64, scores=4, outside=12, logits=8),
+    "mixed": dict(block=36, scores=6, outside=14, logits=10),
+}
+AC_BLOCK_INPUTS = 4  # h-sized tensors per token a checkpointed block keeps
+TOKEN_BYTES = 64  # input ids, labels, attention mask and position terms per token
+
+
+def activation_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "bf16",
+                     checkpointing: bool = False, sharding: str = "none") -> int:
+    """Activations alive at the end of forward (the loss computed), for BLOOM as the course runs it."""
+    x, h, V, L = batch_size * seq_len, arch.hidden, arch.vocab, arch.layers
+    c = COMPUTE_BYTES[precision]
+    k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
+    scores = batch_size * arch.heads * seq_len * seq_len
+    block = AC_BLOCK_INPUTS * c * x * h if checkpointing else k["block"] * x * h + k["scores"] * scores
+    total = L * block + k["outside"] * x * h + TOKEN_BYTES * x + k["logits"] * x * V
+    if precision != "fp32" and sharding in ("none", "ddp"):
+        total += c * (V * h + L * 12 * h * h)  # autocast's 16-bit copies of the matmul weights
+    if sharding == "ddp" and not checkpointing:
+        total += c * x * V  # DDP's forward output: another logits-sized tensor
+    return int(total)
+
+
+def recomputed_block(arch: Arch, x: int, batch_size: int, seq_len: int, precision: str, checkpointing: bool) -> int:
+    """With activation checkpointing, backward recomputes one block's full activations at a time."""
+    if not checkpointing:
+        return 0
+    k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
+    return k["block"] * x * arch.hidden + k["scores"] * batch_size * arch.heads * seq_len * seq_len
+
+
+def logits_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "fp32") -> int:
+    """The loss's gradient w.r.t. the logits (compute dtype): alive with every activation at backward's start."""
+    return COMPUTE_BYTES[precision] * batch_size * seq_len * arch.vocab
+
+
+def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1,
+             precision: str = "bf16", batch_size: int = 8, max_length: int = 512, offload: bool = False,
+             activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1) -> Breakdown:
+    """Predicted bytes per GPU (or CPU rank) by category for one config (see the module docstring).
+
+    `max_length` is the sequence length the step trains on (with dynamic padding: its longest example)."""
+    arch = get_arch(model)
+    if sharding not in SHARDINGS:
+        raise ValueError(f"unknown sharding {sharding!r}; use one of {', '.join(SHARDINGS)}")
+    if precision not in COMPUTE_BYTES:
+        raise ValueError(f"unknown precision {precision!r}; use fp32, bf16 or fp16")
+    if world_size < 1 or batch_size < 1 or max_length < 1 or replicas < 1 or grad_acc < 1:
+        raise ValueError("world_size, batch_size, max_length, replicas and grad_acc must be >= 1")
+    if sharding == "none" and world_size != 1:
+        raise ValueError("sharding 'none' is one process: use world_size=1, or ddp/an FSDP strategy")
+    if offload and sharding in ("none", "ddp"):
+        raise ValueError("offload needs an FSDP strategy")
+    fsdp = sharding in ("full_shard", "shard_grad_op", "hybrid_shard")
+    if sharding == "hybrid_shard":
+        if world_size % replicas:
+            raise ValueError(f"hybrid_shard: {replicas} replicas do not divide world size {world_size}")
+        n = world_size // replicas
+    else:
+        n = world_size if fsdp else 1
+    P, Vh, block = arch.params, arch.vocab * arch.hidden, arch.block_params
+    c = COMPUTE_BYTES[precision]
+    bd = Breakdown(n_params=P, shard_size=n)
+    x = batch_size * max_length
+    stored, optim = 4 * P // n, 8 * P // n
+    act_fwd = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing, sharding)
+    recomputed = recomputed_block(arch, x, batch_size, max_length, precision, activation_checkpointing)
+    # the category's own peak: with checkpointing it comes in backward, when a block is recomputed on
+    # top of what forward kept (the tracker counts recomputed tensors as activations)
+    bd.activations = act_fwd + recomputed
+    loss_grad = logits_bytes(arch, batch_size, max_length, precision)
+    # backward's temporaries: the largest of the logits' gradients and the h-sized ones near the embedding
+    bd.other = max(8 * x * arch.vocab, 100 * x * arch.hidden + 4 * Vh)
+    if not fsdp:
+        bd.params, bd.grads, bd.optimizer = 4 * P, 4 * P, 8 * P
+        if grad_acc > 1:  # a later micro-batch's incoming gradient, counted as one before it is added in:
+            bd.grads += 4 * max(Vh, 4 * arch.hidden ** 2)  # the largest parameter's (the tied embedding)
+        if sharding == "ddp":
+            bd.other += 4 * P  # the all-reduce's gradient copies
+            bd.ddp_buckets = 4 * P  # fp32 like the gradients they copy; outside the tracker's view
+        act_at_peak = act_fwd - (c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0)
+        held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
+        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, act_fwd + recomputed)
+        return bd
+    # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
+    gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + block)
+    gathered_at_peak = c * P if sharding == "shard_grad_op" else c * Vh
+    grad_dtype = 4 if precision == "fp32" else 2  # accelerate reduces in the compute dtype
+    # no sync on non-final micro-batches: every unit keeps its unsharded gradient until the last one
+    held = grad_dtype * P if grad_acc > 1 else 0
+    bd.unsharded_grads = max(held, grad_dtype * (max(Vh, block) if offload else Vh))
+    bd.other += 4 * (Vh + block)  # all-gather and reduce-scatter buffers
+    if offload:
+        bd.params = gathered_max
+        bd.host_params, bd.host_grads, bd.host_optimizer = stored, 4 * P // n, optim
+        bd.peak = gathered_at_peak + held + act_fwd + max(loss_grad, recomputed)
+        bd.notes.append("offload: sharded params, grads and AdamW states live in host memory")
+    else:
+        bd.params = stored + gathered_max
+        bd.grads = 4 * P // n
+        bd.optimizer = optim
+        bd.peak = stored + gathered_at_peak + optim + held + act_fwd + max(loss_grad, recomputed)
+    return bd
+
+
+def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None) -> Breakdown:
+    """The prediction for a RunConfig (or its resolved dict from run_args.json); `batch_shape`
+    (micro-batch, sequence length) is what a measured step trained on (summary.json's
+    tensor_mem_mb_per_rank[r]["batch_shape"]; dynamic padding makes it shorter than max_length)."""
+    get = (lambda k, d=None: cfg.get(k, d)) if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
+    world = get("world_size") or int(get("nodes", 1)) * int(get("procs_per_node", 1))
+    sharding = get("sharding", "none")
+    replicas = get("replicas") or (get("hybrid_replicas") or get("nodes", 1) if sharding == "hybrid_shard" else 1)
+    batch, seq = batch_shape or (int(get("batch_size", 1)), int(get("max_length", 256)))
+    global_batch = int(get("global_batch", 0) or 0)
+    grad_acc = max(1, global_batch // (int(get("batch_size", 1)) * int(world))) if global_batch else int(get("grad_acc", 1) or 1)
+    return estimate(get("model", "tiny"), sharding, int(world), get("precision", "fp32"), int(batch), int(seq),
+                    bool(get("offload", False)), bool(get("activation_checkpointing", False)), int(replicas or 1),
+                    grad_acc)
+
+
+COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
+
+
+def compare(summary: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Predicted vs measured MB per rank and category for one run (summary.json + run_args.json's config).
+
+    Each rank is predicted at the batch shape its measured step trained on."""
+    rows = []
+    for rank, measured in enumerate(summary.get("tensor_mem_mb_per_rank") or []):
+        if not measured:
+            continue
+        predicted = estimate_config(config, measured.get("batch_shape")).as_mb()
+        for category in COMPARED:
+            if category not in measured and category in (*HOST, "unsharded_grads"):
+                continue
+            got, want = measured.get(category), predicted[category]
+            rows.append({"rank": rank, "category": category, "predicted_mb": round(want, 3),
+                         "measured_mb": got,
+                         "rel_error": round((want - got) / got, 4) if got else None})
+    return rows
+
+
+# ---------------------------------------------------------------------------------------- what fits
+
+
+@dataclass(frozen=True)
+class Fit:
+    """The largest BLOOM-shaped model found that fits, and its breakdown."""
+
+    params: int
+    hidden: int
+    layers: int
+    heads: int
+    breakdown: Breakdown | None
+
+
+# The BLOOM ladder: the published checkpoints (hidden, layers) and, between 7b1 and 176b, rungs on
+# the same aspect ratio. A "model that fits" keeps BLOOM's proportions rather than degenerate shapes.
+BLOOM_LADDER: tuple[tuple[int, int], ...] = (
+    (1024, 24), (1536, 24), (2048, 24), (2560, 30), (4096, 30), (5120, 40), (6144, 44),
+    (8192, 48), (10240, 56), (12288, 64), (14336, 70))
+
+
+def bloom_family_arch(hidden: int, layers: int, vocab: int = 250880) -> Arch:
+    """BLOOM's head rule: head dim 64 up to hidden 1024, 128 above (560m: 16x64, 1b7: 16x128, 7b1: 32x128)."""
+    heads = max(1, hidden // 64) if hidden <= 1024 else max(1, hidden // 128)
+    return Arch(f"bloom-h{hidden}-l{layers}", vocab, hidden, layers, heads)
+
+
+def largest_model_that_fits(gpu_gb: float, sharding: str = "none", world_size: int = 1, precision: str = "bf16",
+                            batch_size: int = 8, max_length: int = 512, offload: bool = False,
+                            activation_checkpointing: bool = False, replicas: int = 1) -> Fit:
+    """The BLOOM-family model with the most parameters whose predicted GPU peak (`gpu_peak`, DDP's
+    buckets included) fits in `gpu_gb` GiB per GPU — experiment 1 of the seed course, without the
+    trial-and-error OOMs. Only whole rungs of BLOOM_LADDER count: trimming layers off a wide model
+    gives shapes nobody trains."""
+    budget = gpu_gb * GiB
+    best = Fit(0, 0, 0, 0, None)
+    for hidden, n_layers in BLOOM_LADDER:
+        arch = bloom_family_arch(hidden, n_layers)
+        bd = estimate(arch, sharding, world_size, precision, batch_size, max_length, offload,
+                      activation_checkpointing, replicas)
+        if bd.gpu_peak <= budget and arch.params > best.params:
+            best = Fit(arch.params, hidden, n_layers, arch.heads, bd)
+    return best
+
+
+# ---------------------------------------------------------------------------------------- CLI
+
+
+def format_breakdown(bd: Breakdown) -> str:
+    mb = bd.as_mb()
+    lines = [f"parameters: {bd.n_params:,} (sharded over {bd.shard_size})",
+             "per GPU (each category's own peak over a step):"]
+    lines += [f"  {k:<12} {mb[k]:>12,.1f} MB" for k in CATEGORIES]
+    lines.append(f"  {'peak':<12} {mb['peak']:>12,.1f} MB  ({bd.peak / GiB:.2f} GiB per GPU, most alive at once)")
+    if bd.ddp_buckets:
+        lines.append(f"  {'ddp_buckets':<12} {mb['ddp_buckets']:>12,.1f} MB  (DDP's gradient buckets: the tracker "
+                     "cannot see them, a GPU's allocator does)")
+        lines.append(f"  {'gpu_peak':<12} {mb['gpu_peak']:>12,.1f} MB  ({bd.gpu_peak / GiB:.2f} GiB: peak + buckets, "
+                     "what a GPU must hold)")
+    if bd.cpu:
+        lines += [f"  {k:<12} {mb[k]:>12,.1f} MB  (host memory per rank)" for k in (*HOST, "host")]
+    lines += [f"note: {n}" for n in bd.notes]
+    return "\n".join(lines)
+
+
+# The course's configurations, as the notebooks quote them for BLOOM-560M (bf16, 8 x 512 tokens per GPU).
+COURSE_CONFIGS = (("one GPU", "none", 1, False, False), ("ddp x4", "ddp", 4, False, False),
+                  ("full_shard x4", "full_shard", 4, False, False), ("shard_grad_op x4", "shard_grad_op", 4, False, False),
+                  ("full_shard x4 + offload", "full_shard", 4, True, False),
+                  ("full_shard x4 + AC", "full_shard", 4, False, True))
+
+
+def course_table(model: str = "bloom-560m", precision: str = "bf16", batch_size: int = 8, max_length: int = 512) -> str:
+    """One line per course configuration: MB per GPU by category, peak, and host memory."""
+    cols = (*CATEGORIES, "peak", "gpu_peak", "host")
+    lines = [f"{model}, {precision}, batch {batch_size} x {max_length} tokens per GPU (MB per GPU):",
+             f"  {'config':<24}" + "".join(f"{c:>12}" for c in cols)]
+    for label, sharding, world, offload, ac in COURSE_CONFIGS:
+        mb = estimate(model, sharding, world, precision, batch_size, max_length, offload, ac).as_mb()
+        lines.append(f"  {label:<24}" + "".join(f"{mb[c]:>12,.0f}" for c in cols))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="workshop estimate", description="Predict peak memory per GPU for a config.")
+    p.add_argument("--model", default="bloom-560m", help=f"profile: {', '.join(PROFILES)}")
+    p.add_argument("--sharding", default="full_shard", choices=SHARDINGS)
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--precision", default="bf16", choices=tuple(COMPUTE_BYTES))
+    p.add_argument("--batch-size", type=int, default=8, help="per-GPU batch")
+    p.add_argument("--max-length", type=int, default=512)
+    p.add_argument("--offload", action="store_true")
+    p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument("--replicas", type=int, default=1, help="hybrid_shard replica groups")
+    p.add_argument("--grad-acc", type=int, default=1, help="gradient accumulation steps")
+    p.add_argument("--fit-gpu-gb", type=float, default=None,
+                   help="also report the largest BLOOM-shaped model that fits a GPU of this many GiB")
+    p.add_argument("--json", action="store_true", help="print the breakdown as JSON (MB)")
+    p.add_argument("--course", action="store_true",
+                   help="print the course's configurations for --model (the figures the notebooks quote)")
+    args = p.parse_args(argv)
+    if args.course:
+        print(course_table(args.model, args.precision, args.batch_size, args.max_length))
+        return 0
+    try:
+        bd = estimate(args.model, args.sharding, args.world_size, args.precision, args.batch_size,
+                      args.max_length, args.offload, args.activation_checkpointing, args.replicas, args.grad_acc)
+    except ValueError as e:
+        print(f"workshop estimate: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"model": args.model, "n_params": bd.n_params, **bd.as_mb()}))
+    else:
+        print(format_breakdown(bd))
+    if args.fit_gpu_gb:
+        for sharding in ("none" if args.world_size == 1 else "ddp", args.sharding):
+            fit = largest_model_that_fits(args.fit_gpu_gb, sharding, args.world_size, args.precision,
+                                          args.batch_size, args.max_length, args.offload,
+                                          args.activation_checkpointing, args.replicas)
+            print(f"largest BLOOM-shaped model in {args.fit_gpu_gb:g} GiB with {sharding} on {args.world_size} "
+                  f"GPU(s): {fit.params / 1e9:.2f} B params (hidden {fit.hidden}, {fit.layers} layers)")
+    return 0

@@ -1,0 +1,338 @@
+"""Tensor memory per rank by category (params, grads, optimizer, activations, other), on any device.
+
+Why: on a CPU the process's resident memory is dominated by the Python interpreter and libraries
+(~500 MB) and barely moves with the sharding strategy, so it cannot show what FSDP saves. PyTorch's
+own tracker counts every tensor storage by what it holds, on CPU and CUDA alike:
+`torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker` for FSDP2 models and
+`torch.distributed._tools.mem_tracker.MemTracker` otherwise (DDP, one process).
+
+How it runs inside the HF Trainer: a callback enters the tracker (a TorchDispatchMode) at the start of
+ONE optimizer step (the second, so AdamW's state already exists as it does at every later step) and
+leaves it at that step's end; forward, backward of every micro-batch, clipping and the optimizer step
+are inside. The tracker raises on a second root forward unless `reset_mod_stats()` is called, so it
+is called after every non-final micro-batch (gradient accumulation).
+
+What it costs: the other steps run untouched; `tensor_mem_overhead_pct` in summary.json is the
+tracked step's extra time over the median untracked step, as a share of the training time. The
+tracker itself (a Python call per operator) made a tracked step 2-3x an untracked one on the tiny
+model (DDP with its module-level bookkeeping: 3.3x); two things here bring that to ~1.6-1.9x without
+changing a single figure it measures: `watch_category_peaks` (per-category maxima kept from the
+tracker's own counter updates, its module-level snapshots skipped) and `lean_tree_map` (the outputs of
+each operator visited without rebuilding them). Measured on 2 busy cores (tests/runs.py's runs, the
+course's lengths): 12-step runs at 2 ranks 4.5-8 %, 6-step runs at 4 ranks 4-9 %, where the course
+ran 10-19 % before. The bound is physical for short runs: with a tracked step at ~1.7x, the extra
+0.7 step is ~0.7/(N+1) of an N-step run (12 % at N = 5), less the time training spends outside steps
+(evaluation); and one step's time on a loaded machine varies by more than that.
+benchmarks/tensor_memory_overhead.py holds the course's 12-step runs to 10 % on a quiet machine.
+
+What is counted: each category's own peak over the measured step (gradients peak after backward,
+activations at the end of forward), and `peak`, the largest sum of all of them at one moment; the
+categories therefore add up to more than `peak`. The tracker's kinds map to the categories as
+    params      Parameter | Sharded Param + Unsharded Param
+    grads       Gradient  | Sharded Grad (what each rank stores; halved by sharding over 2)
+    optimizer   Optstate | OptState
+    activations Activation (forward outputs saved for backward, and recomputed ones)
+    other       Temp (backward temporaries, gradients of activations), Buffer, All Gather and
+                Reduce Scatter buffers, Inputs, Other, and FSDP's Unsharded Grad: a unit's full
+                gradient before its reduce-scatter, also reported on its own as `unsharded_grads`
+                (with gradient accumulation FSDP2 keeps all of them until the final micro-batch)
+What the tracker cannot see: memory allocated outside its dispatch mode and not tracked at entry —
+DDP's gradient buckets (made in C++ when DDP wraps the model) and the CUDA context. On CUDA the
+caching allocator's peak over training (`torch.cuda.max_memory_allocated`, reset after the
+generation run that scores the untrained model) is kept as `allocator_peak`.
+
+Offload: with FSDP2's CPUOffloadPolicy the sharded parameters, their gradients and AdamW's state live
+in host memory. On a GPU the tracker sees them on the `cpu` device; on a CPU-only host every tensor
+is on `cpu`, so the split follows where the policy puts them (sharded params, sharded grads and
+optimizer state: host; gathered params, activations, temporaries: device). The host side is
+reported as `host_params`, `host_grads`, `host_optimizer` and `host`; the plain keys and `peak`
+are the device side.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import torch
+from transformers import TrainerCallback
+
+MB = 2**20
+CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
+TRACKER_TO_CATEGORY = {
+    "Parameter": "params", "Sharded Param": "params", "Unsharded Param": "params",
+    "Gradient": "grads", "Sharded Grad": "grads",
+    "Optstate": "optimizer", "OptState": "optimizer", "Activation": "activations",
+}
+OFFLOADED = {"Sharded Param": "params", "Sharded Grad": "grads", "OptState": "optimizer"}
+
+
+def split_snapshot(snapshot: dict[torch.device, dict[str, int]], run_device: torch.device,
+                   offload: bool) -> dict[str, int]:
+    """A tracker snapshot as the course's categories in bytes: device side, and host side under offload."""
+    out = dict.fromkeys(CATEGORIES, 0)
+    for dev, by_kind in snapshot.items():
+        on_host = run_device.type != "cpu" and dev.type == "cpu"
+        for kind, nbytes in by_kind.items():
+            if kind == "Total":
+                continue
+            category = TRACKER_TO_CATEGORY.get(kind, "other")
+            if on_host or (offload and run_device.type == "cpu" and kind in OFFLOADED):
+                key = f"host_{category if category in OFFLOADED.values() else 'other'}"
+                out[key] = out.get(key, 0) + nbytes
+            else:
+                out[category] += nbytes
+    out["peak"] = sum(out[c] for c in CATEGORIES)
+    out["unsharded_grads"] = sum(by_kind.get("Unsharded Grad", 0) for dev, by_kind in snapshot.items())
+    out["host"] = sum(v for k, v in out.items() if k.startswith("host_"))
+    return out
+
+
+def category_keys(kind: str, dev: torch.device, run_device: torch.device, offload: bool) -> tuple[str, ...]:
+    """The keys of split_snapshot that one tracker kind on one device adds to (its category, and `peak`,
+    `host` or `unsharded_grads`); () for the tracker's own "Total"."""
+    if kind == "Total":
+        return ()
+    category = TRACKER_TO_CATEGORY.get(kind, "other")
+    on_host = run_device.type != "cpu" and dev.type == "cpu"
+    if on_host or (offload and run_device.type == "cpu" and kind in OFFLOADED):
+        keys: tuple[str, ...] = (f"host_{category if category in OFFLOADED.values() else 'other'}", "host")
+    else:
+        keys = (category, "peak")
+    return (*keys, "unsharded_grads") if kind == "Unsharded Grad" else keys
+
+
+def watch_category_peaks(tracker: Any, run_device: torch.device, offload: bool) -> dict[str, int]:
+    """Each category's own peak over the tracked step, and the peak of their sum (`peak`): after every
+    operator, the maximum of what split_snapshot would give for the tracker's running snapshot.
+
+    The tracker keeps only the breakdown at the moment of the total's peak, when gradients may not
+    exist yet (FSDP frees nothing of them before backward): the course asks how much each category
+    takes, so per-category maxima are kept beside it. Cheaply, because a tracked step must stay within
+    the overhead budget (see the module docstring):
+    - the category sums follow the tracker's own counter updates (`_update_snap`: allocation, free,
+      change of kind, resize), one addition each, instead of re-summing the snapshot per operator;
+    - the tracker's `_update_peak_stats`, called after every operator, is replaced: it walks every
+      module's stats and deep-copies a snapshot at each new module-level peak, which the course never
+      reads (profiled: ~40 % of a tracked DDP step of the tiny model, more than the rest of the
+      tracking); ours compares the handful of sums with their maxima;
+    - the tracker's other module-level snapshots (a deep copy at each module's forward and backward)
+      are skipped: `get_tracker_snapshot` returns an empty one."""
+    from torch.distributed._tools.mem_tracker import _UpdateType
+
+    peaks: dict[str, int] = {}
+    sums: dict[str, int] = {}
+    keys_of: dict[tuple[torch.device, str], tuple[str, ...]] = {}
+
+    def add(dev: torch.device, kind: str, nbytes: int) -> None:
+        keys = keys_of.get((dev, kind))
+        if keys is None:
+            keys = keys_of[(dev, kind)] = category_keys(kind, dev, run_device, offload)
+        for key in keys:
+            sums[key] = sums.get(key, 0) + nbytes
+
+    for dev, by_kind in tracker._curr_mem_snap.items():  # what make_tracker already counted
+        for kind, nbytes in by_kind.items():
+            add(dev, kind, nbytes)
+    update_snap = tracker._update_snap
+
+    def update_snap_and_sums(u_type: Any, winfo: Any, old_mem_consumed: int | None = None,
+                             old_reftype: Any = None) -> None:
+        update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+        if u_type is _UpdateType.ADD:
+            add(winfo.device, winfo.reftype, winfo.mem_consumed)
+        elif u_type is _UpdateType.DEL:
+            add(winfo.device, winfo.reftype, -winfo.mem_consumed)
+        elif u_type is _UpdateType.REF:
+            add(winfo.device, old_reftype, -winfo.mem_consumed)
+            add(winfo.device, winfo.reftype, winfo.mem_consumed)
+        else:  # SIZE
+            add(winfo.device, winfo.reftype, winfo.mem_consumed - old_mem_consumed)
+
+    def update_peaks(_peak_state: Any = None) -> None:
+        for key, nbytes in sums.items():
+            if nbytes > peaks.get(key, 0):
+                peaks[key] = nbytes
+
+    tracker._update_snap = update_snap_and_sums
+    tracker._update_peak_stats = update_peaks
+    tracker.get_tracker_snapshot = lambda type="current": {}  # noqa: A006  (module-level snapshots: unused)
+    tracker.category_sums = sums  # what is alive now, by split_snapshot's keys (a test checks the two agree)
+    update_peaks()
+    return peaks
+
+
+def as_mb(peaks: dict[str, int], offload: bool) -> dict[str, float]:
+    out = {k: round(peaks.get(k, 0) / MB, 3) for k in (*CATEGORIES, "peak")}
+    if "unsharded_grads" in peaks:
+        out["unsharded_grads"] = round(peaks["unsharded_grads"] / MB, 3)
+    if offload or peaks.get("host"):
+        out.update({k: round(peaks.get(k, 0) / MB, 3)
+                    for k in ("host_params", "host_grads", "host_optimizer", "host")})
+    return out
+
+
+HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
+              "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
+
+
+def save_fsdp_hooks(root: torch.nn.Module) -> Callable[[], None]:
+    """Return a function that puts every module's forward hooks and FSDP's hook handles back as they are now.
+
+    FSDPMemTracker swaps FSDP2's forward hooks for its own and swaps them back on exit, one module at a
+    time. When one FSDP unit groups several modules (accelerate shards BLOOM's tied word_embeddings
+    and lm_head as one unit), its exit removes only the last module's hook, and the next forward
+    raises "does not support memory tracking for multiple iterative calls" (torch 2.13); the unit's
+    pre/post-backward are wrapped twice and unwrapped once, so the next backward raises KeyError "No
+    existing winfo found". Restoring the hook tables and the param groups' methods exactly as they
+    were before the tracker entered gives FSDP its own hooks back."""
+    from torch.distributed.fsdp import FSDPModule
+
+    modules = list(root.modules())
+    tables = [(m, name, dict(getattr(m, name))) for m in modules for name in HOOK_DICTS]
+    states = [m._get_fsdp_state() for m in modules if isinstance(m, FSDPModule)]
+    handles = [(st, st._pre_forward_hook_handle, st._post_forward_hook_handle) for st in states]
+    groups = [(st._fsdp_param_group, dict(vars(st._fsdp_param_group))) for st in states if st._fsdp_param_group]
+
+    def restore() -> None:
+        for module, name, saved in tables:
+            table = getattr(module, name)
+            table.clear()
+            table.update(saved)
+        for state, pre, post in handles:
+            state._pre_forward_hook_handle, state._post_forward_hook_handle = pre, post
+        for group, saved in groups:  # the wrapped pre_backward/post_backward are instance attributes
+            for name in ("pre_backward", "post_backward"):
+                if name in saved:
+                    setattr(group, name, saved[name])
+                else:
+                    vars(group).pop(name, None)
+
+    return restore
+
+
+TRACKER_MODULES = ("torch.distributed._tools.mem_tracker", "torch.distributed._tools.fsdp2_mem_tracker")
+
+
+def lean_tree_map() -> Callable[[], None]:
+    """Make the trackers walk an operator's outputs without rebuilding them; return the undo.
+
+    The trackers call `tree_map_only(torch.Tensor, track, outputs)` after every operator (and on module
+    inputs and outputs) only for its side effect: all four call sites drop what it returns. The
+    pytree version flattens, rebuilds a tree of Nones and wraps `track` anew with functools.wraps each
+    time (profiled: a third of the tracked step's extra time, DDP on the tiny model). This visits the
+    same tensors in the same order, and returns the tree unchanged, as `tree_map_only_` does."""
+    import importlib
+
+    from torch.utils._pytree import tree_iter
+
+    def tree_map_only_for_effect(types: Any, func: Callable[[Any], Any], tree: Any, is_leaf: Any = None) -> Any:
+        if isinstance(tree, torch.Tensor):  # most operators return one tensor
+            func(tree)
+            return tree
+        for leaf in tree_iter(tree, is_leaf=is_leaf):
+            if isinstance(leaf, types):
+                func(leaf)
+        return tree
+
+    modules = [importlib.import_module(name) for name in TRACKER_MODULES]
+    saved = [module.tree_map_only for module in modules]
+    for module in modules:
+        module.tree_map_only = tree_map_only_for_effect
+
+    def restore() -> None:
+        for module, original in zip(modules, saved):
+            module.tree_map_only = original
+
+    return restore
+
+
+def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
+    """FSDP2's tracker for a fully_shard-ed model (it knows sharded from gathered), the generic one otherwise."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed._tools.mem_tracker import MemTracker
+    from torch.distributed.fsdp import FSDPModule
+
+    inner_optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer
+    if isinstance(model, FSDPModule):
+        from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
+
+        tracker = FSDPMemTracker(model, inner_optimizer)
+        # FSDPMemTracker counts AdamW's state only after a step; it exists from step 1 on, so count it now
+        tracker._track_optimizer_states(_FSDPRefType.OPT, inner_optimizer)
+        return tracker
+    tracker = MemTracker()
+    tracker.track_external(model, inner_optimizer)
+    return tracker
+
+
+class TensorMemoryCallback(TrainerCallback):
+    """Measures one optimizer step with PyTorch's memory tracker; keeps the training-only peaks."""
+
+    def __init__(self, device: torch.device, offload: bool, counter: Any = None, measure_step: int = 2) -> None:
+        self.device, self.offload, self.measure_step = device, offload, measure_step
+        self.counter = counter  # workshop.training.metrics.StepCounter: the measured micro-batches' shapes
+        self.shapes: list[tuple[int, ...]] = []
+        self.model: torch.nn.Module | None = None  # the wrapped model; set by the training script
+        self.tracker: Any = None
+        self._restore_hooks: Callable[[], None] | None = None
+        self._peaks: dict[str, int] = {}
+        self.measured: dict[str, float] | None = None
+        self.tracked_step_s: float | None = None
+        self.untracked_steps_s: list[float] = []
+        self._started = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        # training only: forget what the generation run on the untrained model allocated
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.measure_step = min(self.measure_step, max(1, state.max_steps))
+
+    def on_step_begin(self, args, state, control, optimizer=None, model=None, **kwargs):  # noqa: ANN001
+        self._started = time.perf_counter()
+        if self.measured is None and self.tracker is None and state.global_step + 1 == self.measure_step:
+            model = self.model if self.model is not None else model
+            self.tracker = make_tracker(model, optimizer)
+            self._peaks = watch_category_peaks(self.tracker, self.device, self.offload)
+            restore_hooks, restore_tree_map = save_fsdp_hooks(model), lean_tree_map()
+            self._restore_hooks = lambda: (restore_hooks(), restore_tree_map())
+            self.tracker.__enter__()
+
+    def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        if self.tracker is not None:
+            self.shapes.append(self.counter.last_shape if self.counter else ())
+            self.tracker.reset_mod_stats()  # the next micro-batch's forward is not "a second iteration"
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        if self.tracker is None:
+            self.untracked_steps_s.append(time.perf_counter() - self._started)
+            return
+        self.tracker.__exit__(None, None, None)
+        if self._restore_hooks is not None:
+            self._restore_hooks()
+        self.tracked_step_s = time.perf_counter() - self._started
+        self.measured = as_mb(self._peaks, self.offload)
+        self.shapes.append(self.counter.last_shape if self.counter else ())
+        # (micro-batch, longest sequence): what the memory model needs to predict this step
+        self.measured["batch_shape"] = [max(s[0] for s in self.shapes), max(s[-1] for s in self.shapes)] \
+            if all(self.shapes) else None
+        self.measured["micro_batches"] = len(self.shapes)
+        if self.device.type == "cuda":
+            self.measured["allocator_peak"] = round(torch.cuda.max_memory_allocated(self.device) / MB, 3)
+        self.tracker = None
+
+    def peak_so_far_mb(self) -> float | None:
+        """The logging step's peak: the CUDA allocator's over training, or on CPU the measured step's tensor
+        peak — None in metrics.jsonl's records before the measured step (the second), since nothing else
+        on a CPU counts tensors (docs/design.md says the same)."""
+        if self.device.type == "cuda":
+            return round(torch.cuda.max_memory_allocated(self.device) / MB, 1)
+        return round(self.measured["peak"], 1) if self.measured else None
+
+    def overhead_pct(self, train_runtime_s: float) -> float | None:
+        """The measured step's extra time over the median untracked step, as a share of the training time."""
+        steps = sorted(self.untracked_steps_s)
+        if self.tracked_step_s is None or not steps or train_runtime_s <= 0:
+            return None
+        typical = steps[len(steps) // 2]
+        return round(100 * max(0.0, self.tracked_step_s - typical) / train_runtime_s, 2)

@@ -1,0 +1,426 @@
+"""The one training script: every course step, every strategy, 1..N processes on 1..M nodes.
+
+    torchrun --nproc-per-node 2 -m workshop.training.train --sharding full_shard --epochs 2
+    workshop train --config run.toml --batch-size 8
+
+Config precedence: defaults < --config file < the seed's env variables (MODEL_NAME, BATCH_SIZE, ...)
+< flags. The run leaves run_args.json, metrics.jsonl and summary.json in --output-dir
+(docs/design.md), and stops with an error rather than train under a strategy it was not asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping, MutableMapping
+
+from workshop.training.checkpoints import latest_checkpoint, records_until, seal
+from workshop.training.config import ConfigError, RunConfig, add_config_arguments, config_from_args, read_file
+from workshop.training.run_record import say
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="workshop train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_config_arguments(parser)
+    parser.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    return parser
+
+
+def launch_world() -> tuple[int, int, int]:
+    """(rank, local rank, world size) as torchrun set them; a plain `python` run is one process."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("LOCAL_RANK", 0)),
+            int(os.environ.get("WORLD_SIZE", 1)))
+
+
+def check_launch(cfg: RunConfig, world: int) -> None:
+    if world != cfg.world_size:
+        raise ConfigError("procs_per_node", f"the config asks for {cfg.world_size} processes (nodes={cfg.nodes} x "
+                          f"procs_per_node={cfg.procs_per_node}) but {world} were launched",
+                          f"launch with torchrun --nnodes {cfg.nodes} --nproc-per-node {cfg.procs_per_node}, "
+                          "or change nodes/procs_per_node")
+
+
+def world_from_launcher(cfg: RunConfig, args: argparse.Namespace, env: Mapping[str, str]) -> RunConfig:
+    """Under torchrun, a config that fixes no world (neither nodes nor procs_per_node, in a file or a
+    flag) takes the launcher's: `torchrun --nproc-per-node 2 -m workshop.training.train --sharding full_shard`
+    runs on 2 processes. A config that fixes one keeps it, and `check_launch` compares."""
+    if "LOCAL_WORLD_SIZE" not in env or args.nodes is not None or args.procs_per_node is not None:
+        return cfg
+    if args.config is not None and {"nodes", "procs_per_node"} & set(read_file(args.config)):
+        return cfg
+    world, per_node = int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"])
+    return cfg.replace(nodes=max(1, world // per_node), procs_per_node=per_node)
+
+
+TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+                 "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def stand_in_for_torchrun(cfg: RunConfig, env: MutableMapping[str, str] = os.environ) -> None:
+    """A one-process run started without torchrun gets the environment torchrun would give it.
+
+    The batch script starts a one-process job with plain `python` (render.py): torchrun's own
+    interpreter and torch import cost ~2 s of CPU per job for nothing to coordinate. With this
+    environment a one-process FSDP run still builds its (one-rank) process group."""
+    if "WORLD_SIZE" in env or cfg.world_size != 1:
+        return
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+
+
+def skip_datasets_unless_needed(cfg: RunConfig) -> None:
+    """The fixture is read from JSON, never through `datasets`; yet transformers.trainer imports it
+    (with pandas and pyarrow: ~1 s of CPU per process) only because it is installed. A None entry in
+    sys.modules makes `import datasets` fail and importlib report it absent, so transformers skips
+    it. Any other dataset is loaded with `datasets` (data.load_examples) and keeps it."""
+    if cfg.dataset == "fixture":
+        sys.modules.setdefault("datasets", None)  # type: ignore[arg-type]
+    elif "datasets" in sys.modules and sys.modules["datasets"] is None:
+        del sys.modules["datasets"]  # an earlier fixture run in this process hid it
+
+
+def leave_single_process_undistributed(cfg: RunConfig) -> None:
+    """A one-process run without sharding is not distributed: without this, accelerate sees torchrun's
+    variables and wraps the model in a one-rank DDP, whose gradient buckets cost real GPU memory."""
+    if cfg.sharding == "none":
+        for var in TORCHRUN_VARS:
+            os.environ.pop(var, None)
+
+
+def resolve_device(cfg: RunConfig, local_rank: int) -> "Any":
+    import torch
+
+    if cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise ConfigError("device", "cuda was asked for but no GPU is visible to this process",
+                              "run on a GPU node (check --gpus in the batch script) or set device=cpu")
+        return torch.device("cuda", local_rank)
+    if cfg.precision == "fp16":
+        raise ConfigError("precision", "fp16 mixed precision needs a GPU; this process runs on the CPU",
+                          "use precision=bf16 or fp32 on CPU, fp16 only on GPUs without bf16 (V100)")
+    return torch.device("cpu")
+
+
+def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
+    from transformers import TrainingArguments
+
+    from workshop.training.sharding import trainer_sharding_kwargs
+
+    on_cpu = device.type == "cpu"
+    kwargs: dict[str, Any] = dict(
+        output_dir=cfg.output_dir,
+        per_device_train_batch_size=cfg.batch_size,
+        per_device_eval_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.effective_grad_acc,
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps if cfg.max_steps > 0 else -1,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type="linear",
+        logging_steps=cfg.logging_steps,
+        logging_first_step=False,
+        eval_strategy="epoch",
+        # sharded (SHARDED_STATE_DICT under FSDP): each rank writes its own shard, none gathers the model
+        save_strategy="steps" if cfg.checkpoint_every > 0 else "no",
+        save_steps=cfg.checkpoint_every if cfg.checkpoint_every > 0 else 500,
+        save_total_limit=2,   # the latest, and the one before it in case the job dies mid-save
+        report_to=["wandb"] if cfg.wandb != "disabled" else [],
+        run_name=Path(cfg.output_dir).name,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        bf16=cfg.precision == "bf16",
+        fp16=cfg.precision == "fp16",
+        use_cpu=on_cpu,
+        ddp_backend="gloo" if on_cpu and world > 1 else None,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        remove_unused_columns=False,
+        # every BLOOM parameter gets a gradient each step: DDP need not search the graph for unused
+        # ones (Trainer's default for a model without gradient checkpointing is to search, which
+        # warns in every DDP log and costs an extra autograd-graph traversal per step)
+        ddp_find_unused_parameters=False,
+        activation_checkpointing=cfg.activation_checkpointing and not cfg.is_fsdp,
+    )
+    kwargs.update(trainer_sharding_kwargs(cfg))
+    return TrainingArguments(**kwargs)
+
+
+def configure_wandb(cfg: RunConfig) -> None:
+    """W&B offline by default: runs land in the run folder and are synced later with `wandb sync`."""
+    if cfg.wandb == "disabled":
+        return
+    os.environ["WANDB_MODE"] = cfg.wandb
+    os.environ.setdefault("WANDB_DIR", cfg.output_dir)
+    os.environ.setdefault("WANDB_PROJECT", "fsdp-workshop")
+    os.environ["WANDB_SILENT"] = "true"
+
+
+_USR1_AT: list[float] = []
+
+
+def listen_for_stop() -> Callable[[], bool]:
+    """Catch USR1 from the first moment (its default action kills the process) and return the
+    question the step-end callback asks: did USR1 arrive here, or did the batch shell leave
+    $WORKSHOP_STOP_FILE (the way a USR1 for the job reaches ranks on every node)?"""
+    signal.signal(signal.SIGUSR1, lambda signum, frame: _USR1_AT.append(time.time()))
+    stop_file = Path(os.environ["WORKSHOP_STOP_FILE"]) if os.environ.get("WORKSHOP_STOP_FILE") else None
+    return lambda: bool(_USR1_AT) or (stop_file is not None and stop_file.exists())
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    """Train, evaluate and record one run; returns the summary (on every rank)."""
+    stop_requested = listen_for_stop()
+    skip_datasets_unless_needed(cfg)
+    stand_in_for_torchrun(cfg)
+    rank, local_rank, world = launch_world()
+    check_launch(cfg, world)
+    leave_single_process_undistributed(cfg)
+    device = resolve_device(cfg, local_rank)
+    configure_wandb(cfg)
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    resume_from = latest_checkpoint(out) if cfg.resume else None
+    if cfg.resume and resume_from is None:
+        raise ConfigError("resume", f"there is no complete checkpoint-N folder in {str(out)!r} to resume from",
+                          "run without resume, and save checkpoints next time (checkpoint_every=N, or a site "
+                          "profile with signal_lead_s so Slurm warns the job before its time limit)")
+
+    import torch
+    import torch.distributed as dist
+    from transformers.utils import logging as hf_logging
+
+    from workshop.training import data, evaluation, models, run_record, sharding, wrap_function
+    from workshop.training.batch_probe import GlobalBatchProbe
+    from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
+    from workshop.training.tensor_memory import TensorMemoryCallback
+    from workshop.training.trainer import CheckpointOnSignal, CourseTrainer
+
+    hf_logging.set_verbosity_warning()
+    is_main = rank == 0
+    args = training_arguments(cfg, device, world)  # initialises the process group under torchrun
+    hosts = _all_gather(run_record.node_name())
+    prior = records_until(out / "metrics.jsonl", resume_from[1]) if resume_from else []
+    if is_main:
+        tmp = out / "metrics.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in prior))
+        tmp.replace(out / "metrics.jsonl")
+        record = run_record.run_args(cfg)
+        if resume_from:
+            record["resumed_from"] = {"checkpoint": resume_from[0].name, "step": resume_from[1]}
+        run_record.write_json(out / "run_args.json", record)
+        say("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str))
+        print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
+              f"device {device.type}, precision {cfg.precision}, model {cfg.model}", flush=True)
+
+    tok = models.load_tokenizer(cfg.model)
+    model = models.build_model(cfg.model, tok, cfg.seed)
+    n_params = models.count_parameters(model)
+    sharding.check_block_classes(cfg, model)
+    train_ex = data.load_examples(cfg.dataset, "train", cfg.train_size)
+    eval_ex = data.load_examples(cfg.dataset, cfg.eval_split, cfg.eval_size)
+    train_ds = data.EncodedDataset(tok, train_ex, cfg.max_length)
+    eval_ds = data.EncodedDataset(tok, eval_ex, cfg.max_length)
+
+    synced = world > 1
+    before: dict[str, Any] = {}
+    if cfg.eval_generate:
+        model.to(device)
+        before = evaluation.em_f1(model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device, synced=False)
+
+    if cfg.wrap_function:
+        model = wrap_function.apply(cfg, model)    # the student's own fully_shard calls, from the job's copy
+    counter = StepCounter()
+    callback = MetricsCallback(out, counter, device, cfg.precision, n_params, model.config.n_layer,
+                               model.config.hidden_size, is_main)
+    callback.records.extend(prior)
+    callback.tensor_memory = tensor_mem = TensorMemoryCallback(device, cfg.offload, counter)
+    stopper = CheckpointOnSignal(is_main, stop_requested)
+    batch_probe = GlobalBatchProbe(counter)     # after `callback`: it reads the counter before its reset
+    trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                            data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
+                            callbacks=[tensor_mem, callback, stopper, batch_probe], counter=counter)
+    applied: dict[str, Any] = {}
+
+    def verify_wrapping() -> None:
+        applied.update(sharding.describe_applied(trainer.model, trainer.model_wrapped))
+        sharding.check_applied(cfg, applied)
+
+    callback.on_train_begin_hooks.append(verify_wrapping)
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(resume_from[0]) if resume_from else None)
+    train_runtime = time.perf_counter() - started
+    if stopper.stopped_at is not None:
+        return stopped_early(out, stopper.stopped_at, is_main)
+    evals = [r for r in callback.records if r["kind"] == "eval"]
+    if not evals or evals[-1]["step"] != trainer.state.global_step:
+        trainer.evaluate()
+        evals = [r for r in callback.records if r["kind"] == "eval"]
+
+    after: dict[str, Any] = {}
+    if cfg.eval_generate:
+        after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
+                                 synced=synced)
+    params_local = _all_gather(applied.get("params_local"))
+    local_shapes = _all_gather(applied.get("local_shapes"))
+    batch_figures = batch_probe.gathered()
+    if is_main:
+        # one writer: lines from several ranks into one pipe can splice into rank 0's long lines
+        for r, (host, local) in enumerate(zip(hosts, params_local)):
+            print(f"[workshop rank {r} host {host}] params_local={local} of {n_params} ({applied.get('wrapper')})",
+                  flush=True)
+    trains = [r for r in callback.records if r["kind"] == "train"]
+    totals = counter.totals
+    peaks = [r["peak_mem_mb_per_rank"] for r in trains]
+    per_rank = [max((v for v in col if v is not None), default=None) for col in zip(*peaks)]
+    utils = [r["gpu_util_pct"] for r in trains if r["gpu_util_pct"] is not None]
+    window = [r for r in trains if not r.get("warmup")] or trains   # throughput: after the warm-up steps
+    mfus = [r["mfu"] for r in window if r["mfu"] is not None]
+    summary = {
+        "status": "completed", "world_size": world, "nodes": cfg.nodes, "hosts": hosts, "device": device.type,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "precision": cfg.precision, "model": cfg.model, "sharding_requested": cfg.sharding,
+        "sharding_applied": applied.get("sharding_applied"), "wrapper": applied.get("wrapper"),
+        "reshard_after_forward": applied.get("reshard_after_forward"),
+        "offload_applied": applied.get("offload_applied"), "activation_checkpointing": cfg.activation_checkpointing,
+        "mesh": applied.get("mesh"), "fsdp_units": applied.get("fsdp_units"),
+        "params_total": n_params, "params_local_per_rank": params_local,
+        "train_loss": round(train_loss(result, trains, resume_from is not None), 6),
+        "resumed_from_step": resume_from[1] if resume_from else None,
+        "eval_losses": [r["eval_loss"] for r in evals], "final_eval_loss": evals[-1]["eval_loss"],
+        "train_samples_per_s": round(totals["samples"] / totals["seconds"], 3) if totals["seconds"] else None,
+        "train_tokens_per_s": round(totals["tokens"] / totals["seconds"], 1) if totals["seconds"] else None,
+        "throughput_window": dict(counter.window),
+        "eval_samples_per_s": evals[-1].get("eval_samples_per_s"),
+        "steps": trainer.state.global_step,
+        "steps_per_epoch": -(-len(train_ds) // (cfg.batch_size * world * cfg.effective_grad_acc)),
+        "global_batch": cfg.effective_global_batch, "grad_acc": cfg.effective_grad_acc,
+        "batch_size": cfg.batch_size, "max_length": cfg.max_length,
+        "peak_mem_mb": max((v for v in per_rank if v is not None), default=None), "peak_mem_mb_per_rank": per_rank,
+        "mem_kind": trains[-1]["mem_kind"] if trains else None,
+        "rss_mb": max((r.get("rss_mb") or 0) for r in trains) if trains else None,
+        "tensor_mem_mb_per_rank": _all_gather(tensor_mem.measured),
+        "tensor_mem_overhead_pct": tensor_mem.overhead_pct(train_runtime),
+        "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
+        "gpu_util_pct": round(sum(utils) / len(utils), 1) if utils else None,
+        "mfu": round(sum(mfus) / len(mfus), 4) if mfus else None,
+        "em_before": before.get("exact_match"), "f1_before": before.get("f1"),
+        "em_after": after.get("exact_match"), "f1_after": after.get("f1"),
+        "sample_predictions": after.get("examples"),
+        "train_runtime_s": round(train_runtime, 2),
+    }
+    summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config), **batch_figures)
+    if is_main:
+        run_record.write_json(out / "summary.json", summary)
+        say("WORKSHOP_SUMMARY " + json.dumps(summary))
+        seal(out)
+    # Release the wrapped model (and any gloo work it still references) while the interpreter is
+    # fully alive: freed during interpreter shutdown instead, gloo's worker threads can abort the
+    # process (SIGABRT) after a run that completed.
+    del trainer, model
+    import gc
+
+    gc.collect()
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return summary
+
+
+def applied_fsdp_fields(cfg: RunConfig, applied: dict[str, Any], local_shapes: list[dict[str, list[int]]],
+                        model_config: Any) -> dict[str, Any]:
+    """summary.json's read-back of the FSDP wrapping the job applied, beside what was asked for: the
+    checks of notebook 02 read these (units, block class, policy, per-rank shard shapes)."""
+    from workshop.training import sharding, wrap_function
+
+    native = sharding.native_fsdp_arguments(cfg)
+    return {
+        "hf_fsdp": native[0] if native else None, "hf_fsdp_config": native[1] if native else None,
+        "fsdp_unit_names": applied.get("fsdp_unit_names"), "blocks_wrapped": applied.get("blocks_wrapped"),
+        "wrapped_classes": applied.get("wrapped_classes"), "other_units": applied.get("other_units"),
+        "n_layer": getattr(model_config, "n_layer", None),
+        "mp_param_dtype": applied.get("mp_param_dtype"), "mp_reduce_dtype": applied.get("mp_reduce_dtype"),
+        "activation_checkpointing_applied": applied.get("activation_checkpointing_applied"),
+        "wrap_function": cfg.wrap_function or None, "wrap_function_sha256": wrap_function.digest(cfg),
+        "param_shapes": applied.get("param_shapes"),
+        "local_shapes_per_rank": {name: [rank.get(name) for rank in local_shapes]
+                                  for name in (applied.get("param_shapes") or {})},
+    }
+
+
+def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> float:
+    """The mean training loss over all steps. After a resume the Trainer's own figure counts only the
+    resumed steps' losses (divided by all steps), so it is taken from the logged records instead,
+    each weighted by the steps it covers."""
+    if not resumed or not trains:
+        return float(result.training_loss)
+    total, last = 0.0, 0
+    for r in trains:
+        total += r["loss"] * (r["step"] - last)
+        last = r["step"]
+    return total / last if last else float(result.training_loss)
+
+
+def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
+    """Slurm's time-limit warning stopped the run at a checkpoint: say so, leave no summary (the run
+    did not finish), and leave $WORKSHOP_STOPPED_FILE, on which the batch script ends at once with
+    its distinct exit code (the job shows as CHECKPOINTED) instead of holding the GPUs until TIMEOUT."""
+    import torch.distributed as dist
+
+    info = {"status": "checkpointed", "step": step, "checkpoint": str(out / f"checkpoint-{step}"),
+            "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
+    if is_main:
+        say("WORKSHOP_CHECKPOINT " + json.dumps(info))
+        if os.environ.get("WORKSHOP_STOPPED_FILE"):
+            Path(os.environ["WORKSHOP_STOPPED_FILE"]).write_text(json.dumps(info) + "\n")
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = world_from_launcher(config_from_args(args, os.environ), args, os.environ)
+        if args.print_config:
+            print(json.dumps(cfg.resolved(), indent=1))
+            return 0
+        run(cfg)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 2
+    return 0
+
+
+def exit_after_run(code: int) -> None:
+    """Exit a launched training process without interpreter finalization once the run is written.
+
+    Seen here with torch 2.13 + gloo (1 in ~50 runs): after summary.json, digest.json and
+    destroy_process_group, a rank still aborted in interpreter shutdown ("terminate called without
+    an active exception", SIGABRT), so Slurm marked a completed job FAILED. Known upstream: gloo
+    worker threads can outlive the Python objects they hold (pytorch/pytorch#179291). Everything a
+    run leaves is written and flushed first; W&B, if used, is finished explicitly.
+    """
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    exit_after_run(main())

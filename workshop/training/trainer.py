@@ -1,0 +1,89 @@
+"""The course's Trainer: HF Trainer plus token counting and honest FSDP on CPU hosts, and the
+callback that checkpoints when Slurm warns of the time limit."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from transformers import Trainer, TrainerCallback
+
+from workshop.training import fsdp_cpu
+from workshop.training.metrics import StepCounter
+
+
+class CourseTrainer(Trainer):
+    """Counts the samples and non-pad tokens each rank trains on, and makes `fsdp=` mean FSDP on CPU."""
+
+    def __init__(self, *args: Any, counter: StepCounter, **kwargs: Any) -> None:
+        self.counter = counter
+        super().__init__(*args, **kwargs)
+
+    def create_accelerator_and_postprocess(self) -> None:
+        wants_fsdp = self.args.fsdp_plugin_args is not None
+        if not (wants_fsdp and (fsdp_cpu.cpu_host() or self.args.use_cpu)):
+            super().create_accelerator_and_postprocess()
+            if wants_fsdp:
+                fsdp_cpu.assert_fsdp_active(self.accelerator)
+            return
+        mesh_config, self.args.parallelism_config = self.args.parallelism_config, None
+        try:
+            super().create_accelerator_and_postprocess()
+        finally:
+            self.args.parallelism_config = mesh_config
+        fsdp_cpu.force_fsdp_on_cpu(self.accelerator, self.args.fsdp_plugin_args, mesh_config)
+        self.is_fsdp_enabled = True
+        fsdp_cpu.assert_fsdp_active(self.accelerator)
+
+    def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
+        self.counter.add(inputs)
+        return super().training_step(model, inputs, *args, **kwargs)
+
+
+class CheckpointOnSignal(TrainerCallback):
+    """Save a checkpoint and stop at the end of the step during which a stop was requested.
+
+    Slurm sends USR1 `signal_lead_s` seconds before the time limit (`--signal=B:USR1@LEAD`) to the batch
+    shell, which touches $WORKSHOP_STOP_FILE; a USR1 sent to a training process itself counts too
+    (`requested` asks both). A request can reach the ranks in different steps, so the ranks agree on
+    it at every step end (one tiny all_reduce): all of them save the same step, or the sharded save
+    would wait forever for a rank still training.
+    """
+
+    def __init__(self, is_main: bool, requested: Callable[[], bool]) -> None:
+        self.is_main = is_main
+        self.requested = requested
+        self.stopped_at: int | None = None
+
+    def _anyone_requested(self) -> bool:
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            return self.requested()
+        flag = torch.tensor([int(self.requested())], dtype=torch.int32)
+        if dist.get_backend() == "nccl":
+            flag = flag.cuda()
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        if self.stopped_at is None and self._anyone_requested():
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+            if self.is_main:
+                print(f"[workshop] SIGUSR1 (time limit near): saving checkpoint-{state.global_step} and stopping",
+                      flush=True)
+        return control
+
+    def on_save(self, args, state, control, **kwargs):  # noqa: ANN001
+        if self.is_main:
+            print(f"[workshop] saved checkpoint-{state.global_step} in {args.output_dir}", flush=True)
+        return control
+
+    def on_epoch_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        # a stop in mid-epoch must not record an "end of epoch" evaluation that never was
+        if self.stopped_at is not None and abs(state.epoch - round(state.epoch)) > 1e-6:
+            control.should_evaluate = False
+            control.should_save = False
+        return control
