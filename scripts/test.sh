@@ -18,14 +18,18 @@ fi
 
 scratch=$(mktemp -d /tmp/workshop-tests.XXXXXX)
 started=$(date +%s)
-"${pytest[@]}" --basetemp="$scratch/slurm" tests/slurm > "$scratch/slurm.log" 2>&1 &
+# Each part queues its local-backend jobs in its own slot folder (workshop/slurm/local_queue.py): with one
+# folder per user, the course part's jobs held both cores' slots and a job another part timed sat queued.
+WORKSHOP_LOCAL_SLOTS="$scratch/slots-slurm" "${pytest[@]}" --basetemp="$scratch/slurm" tests/slurm \
+    > "$scratch/slurm.log" 2>&1 &
 slurm_pid=$!
-WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" --basetemp="$scratch/course" --ignore=tests/slurm tests \
-    > "$scratch/course.log" 2>&1 &
+WORKSHOP_LOCAL_SLOTS="$scratch/slots-course" WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" \
+    --basetemp="$scratch/course" --ignore=tests/slurm tests > "$scratch/course.log" 2>&1 &
 course_pid=$!
 trap 'kill "$slurm_pid" "$course_pid" 2>/dev/null || true' INT TERM
 rest=0
-WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" --basetemp="$scratch/rest" --ignore=tests/slurm tests || rest=$?
+WORKSHOP_LOCAL_SLOTS="$scratch/slots-rest" WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" \
+    --basetemp="$scratch/rest" --ignore=tests/slurm tests || rest=$?
 course=0
 wait "$course_pid" || course=$?
 slurm=0
