@@ -106,9 +106,18 @@ class Lab:
 
     # ------------------------------------------------------------------ configs and predictions
     def config(self, step: str, **changes: Any) -> RunConfig:
-        """The config `run(step, **changes)` would submit (step < profile < notebook < this call)."""
-        from workshop.slurm.steps import step_config
+        """The config `run(step, **changes)` would submit (step < profile < notebook < this call).
 
+        A setting given as None is a blank the student has not filled in: it stops here, naming the
+        setting, rather than running the site's default in its place."""
+        from workshop.slurm.steps import step_config
+        from workshop.training.config import ConfigError
+
+        for name, value in changes.items():
+            if value is None:
+                raise ConfigError(name, "is None, a blank not filled in yet",
+                                  f"write the value you choose for {name} (leave a setting out to get the "
+                                  f"site's default: `lab.config({step!r})` shows it)")
         return step_config(step, self.profile, {**self.overrides, **changes})
 
     def predict(self, step: str, **changes: Any) -> pd.Series:
