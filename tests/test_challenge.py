@@ -86,7 +86,9 @@ def test_the_budget_falls_in_a_gap_between_peaks() -> None:
 
 def test_the_class_budget_counts_the_notebooks_jobs() -> None:
     """workshop/course/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job."""
-    runs = eval(solution_cell("nb03-05-predict").split("site =")[0].split("=", 1)[1], {"dict": dict})
+    runs = eval(solution_cell("nb03-runs-reference").split("STRATEGY_RUNS =", 1)[1], {"dict": dict})
+    written = solution_cell("nb03-05-predict").split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
+    assert eval(written.split("runs =", 1)[1], {"dict": dict}) == runs    # the model answer writes what the tests read
     settings_source = solution_cell("nb03-settings").split("### BEGIN SOLUTION")[1]
     mine = next(n.value for n in ast.walk(ast.parse(settings_source))
                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "my_settings")
