@@ -102,7 +102,9 @@ def test_bandwidth_across_two_nodes(cluster, jobs_dir):
     job = submit("bandwidth", profile="ci", jobs_dir=jobs_dir)
     state = run_to_end("bandwidth 2 nodes", job)
     assert state is JobState.COMPLETED, job.tail(40)
-    log = job.tail(60)
+    # the whole log: a 2-node torchrun may end in a long rendezvous-shutdown trace from the node whose
+    # agent outlived the store (nondeterministic, after the table), which pushes the table out of a tail
+    log = job.log_path.read_text()
     # one rank per (fake) GPU on whole nodes: 2 nodes x 2, with the node to itself
     assert "#SBATCH --exclusive" in job.script and "--nproc-per-node=2" in job.script
     assert "# Hosts                : 2 (n1, n2), 4 ranks, backend gloo" in log

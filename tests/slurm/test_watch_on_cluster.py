@@ -148,5 +148,6 @@ def test_an_accounting_outage_is_shown_and_the_logs_are_followed_to_the_end(clus
         time.sleep(1)
     assert job.record.state_from == "slurm" and job.state() is JobState.COMPLETED
     # Slurm's own elapsed, not ours: after an outage slurmdbd replays the end record and Slurm 22.05 was
-    # seen to revise ElapsedRaw by a second (sacct said 20, then 21, for one job), so allow that second
-    assert abs(job.elapsed() - float(cluster.job_record(job.job_id, "JobID,ElapsedRaw")["ElapsedRaw"])) <= 1
+    # seen to revise ElapsedRaw afterwards (sacct said 20, then 21, for one job; 18, then 20, for another),
+    # so allow those two seconds
+    assert abs(job.elapsed() - float(cluster.job_record(job.job_id, "JobID,ElapsedRaw")["ElapsedRaw"])) <= 2
