@@ -26,7 +26,7 @@ from workshop.course.release import REPO, assignments, venv_on_path
 
 
 def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output: bool = False,
-                 cell_timeout: float | None = None, source: Path | None = None) -> Path:
+                 cell_timeout: float | None = None, source: Path | None = None, side_by_side: bool = False) -> Path:
     """Execute solutions/<name>/<name>.ipynb (or source/<name>.ipynb) in output/<name>/ and return the
     executed notebook.
 
@@ -35,7 +35,11 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
     here, a cell's execute_reply never reached papermill although the kernel had finished and sat
     idle (nteract/papermill#711, jupyter/jupyter_client#922): without a limit it waits forever. The
     second run finds every job the first one submitted (a re-run cell never resubmits), so nothing
-    runs twice; the notebook's metadata says that it was run again."""
+    runs twice; the notebook's metadata says that it was run again.
+
+    `side_by_side`: other notebooks run in this process at the same time. papermill's `cwd` changes the
+    whole process's working directory, so their kernels would start in each other's folders (and put
+    their jobs there); instead the kernel alone starts in `work` (nbclient's resources path)."""
     import nbformat
     import papermill
 
@@ -47,9 +51,10 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
     notebook = work / f"{name}.ipynb"
     for attempt in (1, 2):
         try:
+            where = {"resources": {"metadata": {"path": str(work)}}} if side_by_side else {"cwd": str(work)}
             papermill.execute_notebook(str(src / f"{name}.ipynb"), str(notebook), parameters=parameters,
-                                       kernel_name="python3", cwd=str(work), progress_bar=False,
-                                       log_output=log_output, execution_timeout=cell_timeout)
+                                       kernel_name="python3", progress_bar=False, log_output=log_output,
+                                       execution_timeout=cell_timeout, **where)
             break
         except TimeoutError:   # nbclient's CellTimeoutError
             if attempt == 2:
@@ -110,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(names)}] {name}: running on profile {args.profile!r} ...", flush=True)
         t0 = time.perf_counter()
         try:
-            notebook = run_notebook(name, output, parameters, args.log_output, args.cell_timeout)
+            notebook = run_notebook(name, output, parameters, args.log_output, args.cell_timeout,
+                                    side_by_side=args.parallel > 1)
         except Exception as e:  # papermill raises PapermillExecutionError with the failing cell
             print(f"[{i}/{len(names)}] {name}: FAILED after {time.perf_counter() - t0:.0f} s\n{e}", flush=True)
             print(f"  the partly executed notebook is {output / name / (name + '.ipynb')}", file=sys.stderr)
