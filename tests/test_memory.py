@@ -273,3 +273,21 @@ def test_lab_memory_table_and_stacked_plot(runs, tmp_path, monkeypatch) -> None:
     assert len(fig.axes[0].patches) == 2 * 2 * 5  # two runs x (predicted, measured) x five categories
     with pytest.raises(ValueError, match="names"):
         lab.memory(dirs, names=["one"])
+
+
+def test_the_trackers_drop_what_tree_map_only_returns() -> None:
+    """workshop.training.tensor_memory.lean_tree_map swaps the trackers' `tree_map_only` for one that
+    returns its input unchanged, which is only right while every call in them is a bare statement: a
+    torch release that uses the result would otherwise get the wrong tree, silently."""
+    import ast
+    import importlib
+    import inspect
+
+    from workshop.training.tensor_memory import TRACKER_MODULES
+
+    for name in TRACKER_MODULES:
+        tree = ast.parse(inspect.getsource(importlib.import_module(name)))
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "tree_map_only"]
+        bare = [n.value for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Call)]
+        assert calls, f"{name} no longer calls tree_map_only: revisit lean_tree_map"
+        assert all(any(c is b for b in bare) for c in calls), f"{name} uses tree_map_only's result"

@@ -129,8 +129,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{len(tables)} table(s), {len(plots)} plot(s) -> {notebook.relative_to(output.parent)}", flush=True)
         return name, took, jobs, tables, plots
 
-    # Notebooks side by side keep the cores busy while a kernel starts, tabulates or plots; their jobs
-    # still queue for the cores (the local backend's queue), so no job runs on a shared core.
+    # Notebooks side by side overlap a kernel's start, tables and plots with another's jobs; the jobs
+    # still queue for the cores (the local backend's queue), so no job runs on a shared core. On 2 cores
+    # that gains nothing (2026-11-24: 181 s at --parallel 2, 185-204 s one after another): the jobs are
+    # the time. It pays where a cluster's queue, not this machine's cores, holds the jobs.
     with ThreadPoolExecutor(max_workers=max(1, args.parallel)) as pool:
         results = list(pool.map(run_one, range(1, len(names) + 1), names))
     if failed.is_set():
