@@ -46,7 +46,7 @@ from typing import Any, Iterator
 from workshop.course import checks
 from workshop.slurm.shared import instructor_original, instructor_roots_of
 from workshop.course.scan import Cell, answer_key, bound_names, protected_names, scan_findings
-from workshop.results.verify import KEY_ENV, digest, read_log, read_metrics
+from workshop.results.verify import KEY_ENV, digest, read_log, read_metrics, saved_digest
 
 
 # ---------------------------------------------------------------------------------- job seals
@@ -84,13 +84,6 @@ def seal_problems(folder: Path, key: str | None = None) -> list[str]:
     if any(json.dumps(r, sort_keys=True) not in records for r in facts.metrics):
         problems.append("edited numbers: a WORKSHOP_METRICS line of the log is not in run/metrics.jsonl")
     return problems
-
-
-def run_digest(folder: Path) -> str | None:
-    try:
-        return json.loads((folder / "run" / "digest.json").read_text()).get("digest")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 # ---------------------------------------------------------------------------------- the re-run
@@ -429,7 +422,7 @@ def review_class(root: Path, db: Path, assignments: list[str]) -> list[Review]:
                 review.reasons += shipped_files(folder, written)
                 for job in sorted((folder / "jobs").glob("*/")):
                     review.reasons += [f"job {job.name}: {p}" for p in seal_problems(job, key)]
-                    if (d := run_digest(job)) is not None:
+                    if (d := saved_digest(job)) is not None:
                         owners.setdefault(d, []).append((review.student, job.name,
                                                          instructor_original(job, instructor) is not None))
                 for notebook in notebooks:

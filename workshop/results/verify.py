@@ -296,7 +296,7 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
                          + (" (the instructor's job)" if o.instructor else "") for o in others)
 
     shared = {d: folder for root in roots for folder in sorted(root.glob("*/"))
-              if (d := _saved_digest(folder))}
+              if (d := saved_digest(folder))}
     for v in verdicts:
         others = [o for o in by_job[v.identity] if o is not v]
         if v.instructor is not None:
@@ -311,7 +311,8 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
     return verdicts
 
 
-def _saved_digest(folder: Path) -> str | None:
+def saved_digest(folder: Path) -> str | None:
+    """The digest a job folder's run/digest.json holds (None when it is missing or unreadable)."""
     try:
         return json.loads((folder / "run" / "digest.json").read_text()).get("digest")
     except (OSError, ValueError, AttributeError):
