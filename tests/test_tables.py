@@ -90,6 +90,22 @@ def test_scaling_speedup_and_efficiency_by_hand() -> None:
     assert any("global batch differs" in n for n in tables.scaling_table(runs, False).attrs["notes"])
 
 
+def test_a_speedup_above_the_gpu_count_is_named_as_a_slowed_reference_run(capsys: pytest.CaptureFixture) -> None:
+    """Superlinear scaling on a busy machine means the smallest run was slowed: the table and plot say so."""
+    from workshop.results import plots
+
+    runs = [run(f"w{w}", world_size=w, nodes=1, global_batch=8, train_samples_per_s=s) for w, s in ((1, 10.0), (2, 23.5))]
+    notes = tables.scaling_table(runs, False).attrs["notes"]
+    assert [n for n in notes if "above perfect scaling" in n] == [
+        "w2: efficiency 118% is above perfect scaling, which no run reaches: w1 was slowed (a busy machine?) "
+        "and every speed-up over it is inflated; rerun w1 (resubmit=True) and compute again"]
+    plots.scaling_plot(runs)
+    assert "note: w2: efficiency 118% is above perfect scaling" in capsys.readouterr().out
+    runs[1] = run("w2", world_size=2, nodes=1, global_batch=8, train_samples_per_s=22.5)   # 112 %: noise
+    assert not any("above perfect scaling" in n for n in tables.scaling_table(runs, False).attrs["notes"])
+    assert not any("above perfect scaling" in n for n in tables.build("scaling", runs).attrs["notes"])
+
+
 def test_notebook_04s_table_shows_the_raw_figures_and_the_batch_each_run_trained() -> None:
     """The student derives speed-up and efficiency: the exercise table (kind "scaling") must not print them."""
     runs = [run(f"w{w}", world_size=w, nodes=1, global_batch=8, global_batch_measured=8, batch_size=2,

@@ -126,7 +126,8 @@ def memory_category_bars(table: "pd.DataFrame", path: str | Path | None = None) 
 
 def scaling_plot(runs: Iterable[RunLike], path: str | Path | None = None) -> Figure:
     """Throughput against world size, with the ideal (linear from the smallest run) line."""
-    df = scaling_table(runs, predicted_mem_mb=False).dropna(subset=["world_size", "samples_per_s"])
+    table = scaling_table(runs, predicted_mem_mb=False)
+    df = table.dropna(subset=["world_size", "samples_per_s"])
     fig, ax = plt.subplots(figsize=(6, 4))
     if len(df):
         w0, s0 = df["world_size"].iloc[0], df["samples_per_s"].iloc[0]
@@ -137,6 +138,9 @@ def scaling_plot(runs: Iterable[RunLike], path: str | Path | None = None) -> Fig
             ax.annotate(f"{e:.0%}", (w, s), textcoords="offset points", xytext=(4, -12), fontsize=8)
         ax.set_xticks(ws)
         ax.legend()
+    for note in table.attrs["notes"]:
+        if "above perfect scaling" in note:
+            print(f"note: {note}")
     ax.set_xlabel("GPUs (world size)")
     ax.set_ylabel("train samples/s")
     ax.set_title("Scaling at constant global batch (labels: efficiency)")

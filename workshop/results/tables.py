@@ -23,6 +23,8 @@ from workshop.slurm.records import CHECKPOINT_EXIT
 NaN = float("nan")
 RunLike = ParsedLog | str | Path
 MEM_CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
+# a speed-up this far above the GPU count is not scaling but a slowed reference run (noise is a few %)
+SUPERLINEAR_EFFICIENCY = 1.15
 
 
 # ---------------------------------------------------------------------------------------- facts
@@ -288,6 +290,10 @@ def scaling_table(runs: Iterable[RunLike], predicted_mem_mb: bool = True, raw: b
                      "scaling comparison; keep batch_size x grad_acc x world_size equal")
     if ref is not None and not raw:
         extra.append(f"speed-up relative to {ref['run']} (world size {ref['world_size']:.0f})")
+        extra += [f"{r['run']}: efficiency {r['efficiency']:.0%} is above perfect scaling, which no run reaches: "
+                  f"{ref['run']} was slowed (a busy machine?) and every speed-up over it is inflated; "
+                  f"rerun {ref['run']} (resubmit=True) and compute again"
+                  for r in rows if r["efficiency"] > SUPERLINEAR_EFFICIENCY]
     order = (["nodes", "world_size", "batch_size", "grad_acc", "global_batch", "global_batch_measured", "steps",
               "samples_per_s", "peak_mem_mb_per_gpu"] if raw else
              ["nodes", "world_size", "global_batch", "samples_per_s", "speedup", "efficiency", "peak_mem_mb_per_gpu"])
