@@ -335,7 +335,11 @@ def test_notebook_01_runs_in_a_real_browser_and_shows_the_job_widget(lab: tuple[
 
         def select_after() -> bool:
             # cells off screen render lazily (content-visibility), so the page moves while it scrolls:
-            # measure after each scroll and click again until JupyterLab marks the cell active
+            # measure after each scroll and click again until JupyterLab marks the cell active; a long
+            # notebook adds its cells to the page over a moment, so wait until this one is there
+            if not dev.js(f"!!{cell}"):
+                time.sleep(0.3)
+                return False
             if dev.js(f"{cell}.classList.contains('jp-mod-active')"):
                 return True
             dev.js(f"{cell}.scrollIntoView({{block: 'center'}})")
