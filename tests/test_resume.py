@@ -113,6 +113,15 @@ def test_checkpoint_fields_are_validated() -> None:
     assert RunConfig().checkpoint_every == 0
 
 
+def test_checkpoint_at_end_saves_the_last_step_only(tmp_path: Path) -> None:
+    """One sharded checkpoint, of the last step, and none before it: what notebook 05 merges."""
+    done = train(tmp_path / "run", ["--sharding", "full_shard", "--checkpoint-at-end"], nproc=2)
+    steps = done.summary["steps"]
+    assert steps > 1
+    assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == [f"checkpoint-{steps}"]
+    assert len(list((tmp_path / "run" / f"checkpoint-{steps}" / "pytorch_model_fsdp_0").glob("*.distcp"))) == 2
+
+
 def test_resume_is_the_same_job_and_needs_an_earlier_one_with_a_checkpoint(tmp_path: Path) -> None:
     from workshop.slurm.profiles import load_profile
     from workshop.slurm import job_key, submit

@@ -47,14 +47,13 @@ STATIC_RUNS: dict[str, dict[str, dict[str, Any]]] = {
     "05_multi_node": {
         "bandwidth gate": dict(step="bandwidth", nodes=2),
         "failed rendezvous (to diagnose)": dict(step="multi_node", nodes=2, procs_per_node=1, sharding="full_shard",
-                                                rdzv_endpoint="head-node.invalid:29400", rdzv_timeout_s=5),
+                                                rdzv_endpoint="head-node.invalid:29400", rdzv_timeout_s=2),
         "1 node x 2, full_shard": dict(step="multi_node", nodes=1, procs_per_node=2, sharding="full_shard"),
         "2 nodes x 1, full_shard": dict(step="multi_node", nodes=2, procs_per_node=1, sharding="full_shard"),
-        "2 nodes x 2, full_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="full_shard"),
+        "2 nodes x 2, full_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="full_shard",
+                                        checkpoint_at_end=True),
         "2 nodes x 2, hybrid_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="hybrid_shard",
                                           hybrid_replicas=2),
-        "a sharded checkpoint (6 steps)": dict(step="strategies", procs_per_node=2, sharding="full_shard",
-                                               max_steps=6, checkpoint_every=6),
     },
 }
 

@@ -115,6 +115,8 @@ class RunConfig:
     checkpoint_every: int = _help("save a sharded checkpoint (model, optimizer, scheduler, data position) "
                                   "in output_dir every N optimizer steps; 0 = only when Slurm warns of the "
                                   "time limit (SIGUSR1)", default=0)
+    checkpoint_at_end: bool = _help("save one sharded checkpoint when training ends (to merge into a full state "
+                                    "dict, or to resume from), whatever checkpoint_every says", default=False)
     resume: bool = _help("continue from the latest checkpoint in output_dir (same data order, optimizer and "
                          "scheduler state) instead of starting over", default=False)
     wandb: str = _help("disabled | offline | online (offline runs need no network or key)",

@@ -133,8 +133,10 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         logging_first_step=False,
         eval_strategy="epoch",
         # sharded (SHARDED_STATE_DICT under FSDP): each rank writes its own shard, none gathers the model
-        save_strategy="steps" if cfg.checkpoint_every > 0 else "no",
-        save_steps=cfg.checkpoint_every if cfg.checkpoint_every > 0 else 500,
+        # transformers also saves at the last step under "steps": checkpoint_at_end alone sets a save_steps
+        # no run reaches, which leaves that last save only
+        save_strategy="steps" if cfg.checkpoint_every > 0 or cfg.checkpoint_at_end else "no",
+        save_steps=cfg.checkpoint_every if cfg.checkpoint_every > 0 else 10**9,
         save_total_limit=2,   # the latest, and the one before it in case the job dies mid-save
         report_to=["wandb"] if cfg.wandb != "disabled" else [],
         run_name=Path(cfg.output_dir).name,
