@@ -10,9 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
-from transformers import BloomConfig, BloomForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
+
+if TYPE_CHECKING:   # the model classes cost ~2 s of import: a notebook that only tokenizes skips them
+    from transformers import BloomConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 HUB_ID = "bigscience/bloom-560m"
 
@@ -55,6 +58,8 @@ def resolve_profile(name: str) -> ModelProfile:
 
 
 def bloom_config(shapes: dict, tokenizer: PreTrainedTokenizerBase | None = None) -> BloomConfig:
+    from transformers import BloomConfig
+
     cfg = BloomConfig(**shapes, hidden_dropout=0.0, attention_dropout=0.0)
     if tokenizer is not None:
         cfg.pad_token_id, cfg.bos_token_id, cfg.eos_token_id = (
@@ -78,6 +83,8 @@ def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
 
 def build_model(model: str, tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
     """The model in fp32 on CPU, initialised identically on every rank (same seed) before sharding."""
+    from transformers import BloomForCausalLM
+
     profile = resolve_profile(model)
     torch.manual_seed(seed)
     if profile.source == "random":
