@@ -52,9 +52,10 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
     for attempt in (1, 2):
         try:
             where = {"resources": {"metadata": {"path": str(work)}}} if side_by_side else {"cwd": str(work)}
+            # the notebook is saved and its jobs have ended: a graceful kernel shutdown only waited ~1 s
             papermill.execute_notebook(str(src / f"{name}.ipynb"), str(notebook), parameters=parameters,
                                        kernel_name="python3", progress_bar=False, log_output=log_output,
-                                       execution_timeout=cell_timeout, **where)
+                                       execution_timeout=cell_timeout, shutdown_kernel="immediate", **where)
             break
         except TimeoutError:   # nbclient's CellTimeoutError
             if attempt == 2:
