@@ -357,7 +357,8 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
 
 
 # What a submission folder holds besides its notebooks and jobs/: what the course's own code writes there
-COURSE_OUTPUTS = {"tables": {".csv"}, "plots": {".png"}}
+# (merged/: notebook 05's full state dict, merged from a job's sharded checkpoint)
+COURSE_OUTPUTS = {"tables": {".csv"}, "plots": {".png"}, "merged": {".safetensors", ".json"}}
 
 
 def written_files(gb: Any, notebooks: list[str], assignment: str) -> set[str]:

@@ -36,7 +36,7 @@ def nbgrader_config(root: Path, release_dir: Path, db: Path) -> "object":
 
 
 # What running a notebook leaves beside it; never part of a release.
-RUN_OUTPUTS = ["jobs", "tables", "plots", "results"]
+RUN_OUTPUTS = ["jobs", "tables", "plots", "merged", "results"]
 
 
 def venv_on_path() -> None:

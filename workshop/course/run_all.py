@@ -47,7 +47,7 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
     work = output / name
     if work.exists():
         shutil.rmtree(work)
-    shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "jobs", "tables", "plots"))
+    shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "jobs", "tables", "plots", "merged"))
     notebook = work / f"{name}.ipynb"
     for attempt in (1, 2):
         try:

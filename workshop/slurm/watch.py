@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from workshop.slurm.records import JobRecord, JobState
 
@@ -139,12 +139,15 @@ def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: floa
     widget = not quiet and in_notebook()
     view = None if quiet else (_widget_view(jobs) if widget else _text_view(jobs))
     confirm_until = None
-    shown: tuple[float, dict[str, JobState]] | None = None      # when the display last changed, and to what
+    shown: tuple[float, Any] | None = None      # when the display was last drawn, and what it showed
     while True:
         states = {name: job.state() for name, job in jobs.items()}
-        if view and (shown is None or states != shown[1] or time.monotonic() - shown[0] >= interval):
-            view(states, trouble(jobs))
-            shown = (time.monotonic(), states)
+        note = trouble(jobs) if view else ""
+        # drawn on any change (a state, or Slurm's trouble: the return below may follow at once) or
+        # every `interval`
+        if view and (shown is None or (states, note) != shown[1] or time.monotonic() - shown[0] >= interval):
+            view(states, note)
+            shown = (time.monotonic(), (states, note))
         timed_out = timeout is not None and time.monotonic() - start >= timeout
         if timed_out or not all(s.finished for s in states.values()):
             if timed_out:
