@@ -22,7 +22,7 @@
 # WORKSHOP_SLURM_ACCOUNTING=filetxt for the lighter jobcomp/filetxt (`sacct -c`) instead.
 set -euo pipefail
 
-DIR=${WORKSHOP_SLURM_DIR:-/tmp/workshop-slurm}
+DIR=$(realpath -m "${WORKSHOP_SLURM_DIR:-/tmp/workshop-slurm}")   # absolute: the daemons start in /
 # accounting mode: env var, else what the last `up` of this state dir used, else slurmdbd
 ACCOUNTING=${WORKSHOP_SLURM_ACCOUNTING:-$(cat "$DIR/accounting" 2>/dev/null || echo slurmdbd)}
 CLUSTER=workshop
@@ -85,7 +85,9 @@ alive() {
 # with no inherited file descriptors (so callers capturing our output are not held open).
 start() {
   local name=$1 comm=$2; shift 2
-  setsid "$@" </dev/null >>"$DIR/log/$name.out" 2>&1 9>&- &
+  # from /, as daemons do: one started in the caller's folder runs every job step there, and once that
+  # folder is deleted (a CI clone made again) each step prints "Unable to get current working directory"
+  (cd / && exec setsid "$@" </dev/null >>"$DIR/log/$name.out" 2>&1 9>&-) &
   local pid=$!
   echo "$pid $comm" >"$DIR/pids/$name.pid"
   # wait for the exec chain (setsid/setpriv/unshare/sh) to reach the daemon itself
