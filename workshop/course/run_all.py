@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from workshop.course.release import REPO, assignments, venv_on_path
+from workshop.course.release import REPO, RUN_OUTPUTS, assignments, venv_on_path
 
 
 def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output: bool = False,
@@ -47,7 +47,7 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
     work = output / name
     if work.exists():
         shutil.rmtree(work)
-    shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "jobs", "tables", "plots", "merged"))
+    shutil.copytree(src, work, ignore=shutil.ignore_patterns(".ipynb_checkpoints", *RUN_OUTPUTS))
     notebook = work / f"{name}.ipynb"
     for attempt in (1, 2):
         try:
