@@ -2,7 +2,8 @@
 # One command for a lent GPU (benchmarks/README.md): the carried wheels installed offline, the machine and
 # its versions recorded, the GPU test tier (tests/gpu), then `workshop bench --device cuda`, all written to
 # <out>/<date>-<gpu>.{json,md,png} with the tier's report (-tests.xml, -tests.txt), the whole log (-log.txt)
-# and the executed notebooks (-notebooks.tar.gz) beside them. About 7 minutes on one H100.
+# and the executed notebooks (-notebooks.tar.gz) beside them. Predicted (not yet measured): about 7 minutes on
+# one H100.
 #
 #   GPU_CHECK_COMMIT=<sha> bash scripts/gpu_check.sh --out "$OUT"   # on the GPU machine
 #   bash scripts/gpu_check.sh --dry-run                             # anywhere: every step that needs no GPU
@@ -55,7 +56,7 @@ else
     out=${out:-$root/benchmarks/results}
 fi
 mkdir -p "$out"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false WANDB_MODE=disabled MPLBACKEND=Agg
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 say "1/5 wheels: $wheels against scripts/gpu_wheels.lock"
 "$py" scripts/gpu_wheels.py check --dest "$wheels" || exit 2

@@ -231,3 +231,26 @@ def test_the_gpu_local_batch_script_runs_one_process(tmp_path: Path) -> None:
     launches = [ln for ln in script.splitlines() if "-m workshop.training.train" in ln and not ln.startswith("#")]
     assert launches == [f"python -m workshop.training.train --config {tmp_path.resolve() / 'job' / 'config.json'}"]
     assert "export OMP_NUM_THREADS=4" in script
+
+
+@pytest.mark.parametrize("expr, trained", [
+    ("memory and offload-bf16", ["offload-bf16"]),
+    ("fsdp2_matches and fp16", ["none-fp16", "full_shard-fp16"]),
+    ("mfu", ["none-bf16"]),
+    ("notebook or bandwidth", []),
+    ("", None),
+])
+def test_a_rerun_of_some_tier_tests_trains_only_the_runs_they_read(expr: str, trained: list[str] | None) -> None:
+    """The tier's selection as pytest makes it (`gpu_check.sh -k EXPR`), and the runs the fixture would train."""
+    from tests.gpu.conftest import RUNS, runs_needed
+
+    class Grab:
+        items: list[pytest.Item] = []
+
+        def pytest_collection_finish(self, session: pytest.Session) -> None:
+            Grab.items = list(session.items)
+
+    args = [str(ROOT / "tests" / "gpu"), "--collect-only", "-q", "-p", "no:cacheprovider", *(["-k", expr] if expr else [])]
+    assert pytest.main(args, plugins=[Grab()]) == 0
+    assert Grab.items, "nothing collected"
+    assert runs_needed(Grab.items) == (RUNS if trained is None else trained)

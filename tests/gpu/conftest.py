@@ -28,9 +28,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 PROFILE = "gpu-local"
-# Runs side by side on the GPU. Each holds a few GB at the tier's batch (TIER_RUN); the CPU-side start-up
-# (imports, building BLOOM-560M on the host) is most of a run, so 3 at a time cut the tier's wall time.
-PARALLEL = int(os.environ.get("WORKSHOP_GPU_PARALLEL", "3"))
+# Runs side by side on the GPU: the memory model predicts about 11 GB each at the tier's batch (TIER_RUN), and
+# the CPU-side start-up (imports, building BLOOM-560M on the host) is most of a run, so 4 at a time cut the
+# tier's wall time and fit an 80 GB H100.
+PARALLEL = int(os.environ.get("WORKSHOP_GPU_PARALLEL", "4"))
 RUN_TIMEOUT_S = float(os.environ.get("WORKSHOP_GPU_RUN_TIMEOUT", "300"))
 
 # The training runs of the tier: every configuration the issue names, in bf16 and in fp16 (the gradient
@@ -131,31 +132,50 @@ def launch(name: str, root: Path, threads: int) -> GpuRun:
     return GpuRun(name, out_dir, code, log, time.perf_counter() - started)
 
 
+def runs_needed(items: list[pytest.Item]) -> list[str]:
+    """The tier runs the selected tests read: a test parametrized by `name` reads that run, by `precision`
+    the two it compares, and the MFU test the bf16 run without FSDP. A rerun of a few tests (`-k`) then
+    trains only what they read."""
+    want: set[str] = set()
+    for item in items:
+        if "gpu_runs" not in getattr(item, "fixturenames", ()):
+            continue
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if params.get("name") in RUNS:
+            want.add(params["name"])
+        elif params.get("precision") in PRECISIONS:
+            want |= {f"none-{params['precision']}", f"full_shard-{params['precision']}"}
+        else:
+            want.add("none-bf16")
+    return [name for name in RUNS if name in want]
+
+
 @pytest.fixture(scope="session")
-def gpu_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, GpuRun]:
-    """Every tier run, made once, PARALLEL at a time on the one GPU."""
+def gpu_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, GpuRun]:
+    """The tier runs the session's tests read, made once, PARALLEL at a time on the one GPU."""
     root = Path(os.environ.get("WORKSHOP_GPU_RUNS") or tmp_path_factory.mktemp("gpu-runs"))
-    threads = max(1, (os.cpu_count() or 1) // PARALLEL)
+    names = runs_needed(request.session.items)
+    threads = max(1, (os.cpu_count() or 1) // min(PARALLEL, len(names) or 1))
     with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        runs = dict(zip(RUNS, pool.map(lambda n: launch(n, root, threads), RUNS)))
+        runs = dict(zip(names, pool.map(lambda n: launch(n, root, threads), names)))
     for run in runs.values():
         print(f"[gpu tier] {run.name}: exit {run.returncode} in {run.wall_s:.0f} s ({run.out_dir})")
     return runs
 
 
 class Figures(dict):
-    """What each test measured, by test id: printed at once, written to $WORKSHOP_GPU_FIGURES at the end."""
+    """What each test measured, by test id: printed at once, and written to $WORKSHOP_GPU_FIGURES at each
+    addition (a tier stopped by its time cap still leaves what it measured)."""
 
     def put(self, key: str, **values: Any) -> None:
         self[key] = values
         print(f"[gpu figures] {key}: {json.dumps(values, default=str)}", flush=True)
+        path = os.environ.get("WORKSHOP_GPU_FIGURES")
+        if path:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(self, indent=1, default=str) + "\n")
 
 
 @pytest.fixture(scope="session")
-def figures() -> Any:
-    found = Figures()
-    yield found
-    path = os.environ.get("WORKSHOP_GPU_FIGURES")
-    if path:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(json.dumps(found, indent=1, default=str) + "\n")
+def figures() -> Figures:
+    return Figures()
