@@ -254,3 +254,22 @@ def test_a_rerun_of_some_tier_tests_trains_only_the_runs_they_read(expr: str, tr
     assert pytest.main(args, plugins=[Grab()]) == 0
     assert Grab.items, "nothing collected"
     assert runs_needed(Grab.items) == (RUNS if trained is None else trained)
+
+
+def test_activation_checkpointing_reaches_the_trainer_under_this_transformers(tmp_path: Path) -> None:
+    """transformers 5.23 calls it `activation_checkpointing` (with `gradient_checkpointing` a deprecated
+    alias); 5.17, the lent GPU machine's, knows only `gradient_checkpointing` and raised TypeError on the
+    other (seen in a venv with 5.17.0 and accelerate 1.15.0): the script asks TrainingArguments its name."""
+    import dataclasses
+
+    import torch
+    from transformers import TrainingArguments
+
+    from workshop.training.config import load_config
+    from workshop.training.train import checkpointing_argument, training_arguments
+
+    name = checkpointing_argument()
+    assert name in {f.name for f in dataclasses.fields(TrainingArguments)}
+    cfg = load_config(overrides=dict(activation_checkpointing=True, device="cpu", output_dir=str(tmp_path)))
+    args = training_arguments(cfg, torch.device("cpu"), 1)
+    assert getattr(args, name) is True
