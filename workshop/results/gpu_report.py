@@ -34,6 +34,14 @@ from workshop.results.bench import REPO, device_slug, unique_stem
 from workshop.training import run_record
 
 PYPROJECT = REPO / "pyproject.toml"
+# What was checked of the GPU machine's software before a GPU ever ran the check (benchmarks/README.md).
+CHECKED_WITHOUT_A_GPU = (
+    "2026-11-26, on a 2-core CPU machine: scripts/gpu_check.sh --dry-run (the wheels' hashes, their install "
+    "for CPython 3.12 manylinux x86_64, the tier collected and skipped); in a venv with transformers 5.17.0, "
+    "accelerate 1.15.0, tokenizers 0.23.2, torch 2.13.0 CPU and the carried wheels' versions, without datasets, "
+    "nbgrader or wandb: tests/test_training.py, the bench's CPU smoke run, and notebooks 01 and 02 executed "
+    "with papermill on the local profile. Not checked without a GPU: torch 2.11 itself, CUDA, NCCL, fp16, the "
+    "allocator's figures.")
 # What the tier and the bench import beyond pyproject's pins (the carried wheels: scripts/gpu_wheels.lock).
 ALSO = ("nbclient", "nbformat", "jupyter-client", "pyzmq", "tornado", "ipython", "numpy", "huggingface-hub",
         "safetensors")
@@ -195,6 +203,7 @@ def markdown(check: dict[str, Any]) -> str:
     same = [r["package"] for r in env["drift"] if r["relation"] == "same"]
     if same:
         lines += ["", f"Same as pinned: {', '.join(same)}."]
+    lines += ["", f"Checked before a GPU ran it: {check['checked_without_a_gpu']}"]
     lines += ["", f"Tier (tests/gpu): {tests['passed']} passed, {tests['failed']} failed, {tests['errors']} errors, "
                   f"{tests['skipped']} skipped of {tests['tests']}." + (f" {tests['note']}" if tests.get("note") else ""),
               ""]
@@ -227,8 +236,7 @@ def finish(out: Path, stem: str, work: Path, dry_run: bool = False) -> int:
     figures_path = work / "figures.json"
     check = {"environment": env, "tests": tests, "dry_run": dry_run,
              "figures": json.loads(figures_path.read_text()) if figures_path.is_file() else {},
-             "checked_on_cpu": "scripts/gpu_check.sh --dry-run (wheels, tier collection, versions), and the course's "
-                               "Python side under transformers 5.17 / accelerate 1.15 (benchmarks/README.md)"}
+             "checked_without_a_gpu": CHECKED_WITHOUT_A_GPU}
     out.mkdir(parents=True, exist_ok=True)
     for name, suffix in (("tests.xml", "-tests.xml"), ("tests.txt", "-tests.txt"), ("log.txt", "-log.txt")):
         if (work / name).is_file():
