@@ -93,9 +93,8 @@ if [ "$only" != bench ]; then
         WORKSHOP_GPU_RUNS="$work/runs"
     mkdir -p "$work/notebooks" "$work/runs"
     timeout -k 20 "$tier_timeout" "$py" -m pytest tests/gpu -rA -p no:cacheprovider \
-        --junitxml "$work/tests.xml" ${kexpr:+-k "$kexpr"} > "$work/tests.txt" 2>&1
-    tier_rc=$?
-    cat "$work/tests.txt"
+        --junitxml "$work/tests.xml" ${kexpr:+-k "$kexpr"} 2>&1 | tee "$work/tests.txt"
+    tier_rc=${PIPESTATUS[0]}
     [ $tier_rc -eq 124 ] && say "the tier ran out of its ${tier_timeout} s and was stopped"
 fi
 
