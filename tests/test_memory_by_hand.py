@@ -1,0 +1,106 @@
+"""The memory model outside the symmetric cases, against numbers worked by hand from its stated rules
+(workshop/results/memory.py's docstring). Every expected value is arithmetic written out here, never a
+call of the model: a wrong shard size, a dropped accumulation term or a wrong peak must fail.
+
+BLOOM-560M: V = 250,880, h = 1024, L = 24, 16 heads; P = 559,214,592 parameters;
+the tied embedding V·h = 256,901,120; one block 12h² + 13h = 12,596,224.
+Micro-batch 8 x 512 tokens: x = 4096.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workshop.results import memory
+from workshop.results.memory import MB, GiB, estimate
+
+P = 559_214_592
+VH = 256_901_120
+BLOCK = 12_596_224
+X = 8 * 512
+# bf16 activations without autocast's weight copies (FSDP's MixedPrecisionPolicy computes in bf16):
+#   per block 36·x·h + 6·b·a·s² = 150,994,944 + 201,326,592 = 352,321,536, x 24 = 8,455,716,864
+#   outside   14·x·h + 64·x + 10·x·V = 58,720,256 + 262,144 + 10,276,044,800 = 10,335,027,200
+ACT_BF16 = 8_455_716_864 + 10_335_027_200            # 18,790,744,064
+LOSS_GRAD_BF16 = 2 * X * 250_880                        # the loss's bf16 gradient: 2,055,208,960
+# backward's temporaries: max(8·x·V = 8,220,835,840, 100·x·h + 4·V·h = 1,447,034,880)
+OTHER_BASE = 8_220_835_840
+
+
+def test_hybrid_2_replicas_x_8_shards_on_16_gpus() -> None:
+    """Each parameter is sharded over its replica group of 8, not over 16 ranks nor over 2 replicas."""
+    bd = estimate("bloom-560m", "hybrid_shard", 16, "bf16", 8, 512, replicas=2)
+    assert bd.shard_size == 8
+    assert bd.optimizer == 8 * P // 8 == 559_214_592                  # AdamW's 8 bytes over 8 shards
+    assert bd.grads == 4 * P // 8 == 279_607_296
+    # the fp32 shard + the bf16 embedding unit and one bf16 block gathered at once
+    assert bd.params == 279_607_296 + 2 * (VH + BLOCK) == 818_601_984
+    assert bd.activations == ACT_BF16 == 18_790_744_064
+    assert bd.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216  # + all-gather / reduce-scatter buffers
+    assert bd.unsharded_grads == 2 * VH                                # the embedding unit's bf16 gradient
+    # at backward's start: the shard, the gathered embedding unit, AdamW, activations, the loss's gradient
+    assert bd.peak == 279_607_296 + 2 * VH + 559_214_592 + ACT_BF16 + LOSS_GRAD_BF16 == 22_198_577_152
+    assert bd.ddp_buckets == 0 and bd.gpu_peak == bd.peak and bd.cpu == 0
+
+
+def test_hybrid_shard_size_is_world_over_replicas() -> None:
+    """8 replicas of 2 hold 4 times what 2 replicas of 8 hold, of every sharded state."""
+    wide = estimate("bloom-560m", "hybrid_shard", 16, "bf16", 8, 512, replicas=8)
+    assert wide.shard_size == 2 and wide.optimizer == 8 * P // 2 == 2_236_858_368
+    with pytest.raises(ValueError, match="3 replicas do not divide world size 16"):
+        estimate("bloom-560m", "hybrid_shard", 16, "bf16", 8, 512, replicas=3)
+
+
+def test_offload_with_gradient_accumulation() -> None:
+    """full_shard on 4 with offload and grad_acc 2: the sharded states live on the host; on the device the
+    gathered units, and every unit's unsharded bf16 gradient kept until the last micro-batch (2 x P)."""
+    bd = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True, grad_acc=2)
+    assert (bd.host_params, bd.host_grads, bd.host_optimizer) == (P, P, 2 * P)   # 4P/4, 4P/4, 8P/4
+    assert bd.cpu == 4 * P == 2_236_858_368
+    assert bd.grads == 0 and bd.optimizer == 0
+    assert bd.params == 2 * (VH + BLOCK) == 538_994_688
+    assert bd.unsharded_grads == 2 * P == 1_118_429_184
+    assert bd.peak == 2 * VH + 2 * P + ACT_BF16 + LOSS_GRAD_BF16 == 22_478_184_448
+    one_step = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True)
+    assert one_step.unsharded_grads == 2 * VH                # without accumulation: the embedding unit's only
+    assert bd.peak - one_step.peak == 2 * P
+
+
+def test_ddp_with_gradient_accumulation() -> None:
+    """DDP on 4, bf16, grad_acc 2: the stored gradients of earlier micro-batches are held (4P) and a later
+    micro-batch's gradient of the tied embedding is counted before it is added in (4·V·h)."""
+    bd = estimate("bloom-560m", "ddp", 4, "bf16", 8, 512, grad_acc=2)
+    assert bd.shard_size == 1 and bd.params == 4 * P and bd.optimizer == 8 * P
+    assert bd.grads == 4 * P + 4 * VH == 3_264_462_848
+    assert bd.other == OTHER_BASE + 4 * P == 10_457_694_208          # + the all-reduce's gradient copies
+    # activations: the FSDP ones + autocast's bf16 weight copies 2·(V·h + 24·12h²) = 1,117,782,016
+    # + DDP's logits-sized forward output 2·x·V = 2,055,208,960
+    assert bd.activations == ACT_BF16 + 1_117_782_016 + 2_055_208_960 == 21_963_735_040
+    # peak: params 4P + AdamW 8P + held gradients 4P + max(activations less DDP's output + the loss's
+    # gradient, activations) = 16P + 21,963,735,040 (the two are equal here)
+    assert bd.peak == 16 * P + 21_963_735_040 == 30_911_168_512
+    assert bd.ddp_buckets == 4 * P and bd.gpu_peak == 30_911_168_512 + 2_236_858_368
+
+
+def test_the_other_category_by_hand() -> None:
+    """Backward's temporaries, by strategy: what the measured comparison checks too."""
+    none = estimate("bloom-560m", "none", 1, "bf16", 8, 512)
+    assert none.other == OTHER_BASE
+    full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+    assert full.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216
+    # the tiny model, 2 x 32 tokens, fp32: max(8·x·V = 524,288, 100·x·h + 4·V·h = 614,400 + 393,216) = 1,007,616
+    tiny = estimate("tiny", "full_shard", 2, "fp32", 2, 32)
+    assert tiny.other == 1_007_616 + 4 * (98_304 + 111_840) == 1_848_192
+    assert estimate("tiny", "ddp", 2, "fp32", 2, 32).other == 1_007_616 + 4 * 322_368
+
+
+def test_tiny_full_shard_at_two_batch_shapes() -> None:
+    """The tiny model (V 1024, h 96, L 2, 4 heads, P 322,368), full_shard on 2, fp32: the shapes
+    tests/test_memory_tables.py's per-rank measurements name."""
+    def by_hand(b: int, s: int) -> int:
+        x = b * s
+        blocks = 2 * (64 * x * 96 + 4 * b * 4 * s * s)
+        outside = 12 * x * 96 + 64 * x + 8 * x * 1024
+        return 644_736 + 4 * 98_304 + 1_289_472 + blocks + outside + 4 * x * 1024   # shard, embedding, AdamW, ...
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 40).peak == by_hand(2, 40) == 4_493_184
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 56).peak == by_hand(2, 56) == 5_416_832

@@ -1,0 +1,94 @@
+"""The exercise tables in the cases notebooks 03-05 meet, worked by hand: a scaling table whose
+smallest world is 2 (notebook 05's first layout is 1 node x 2), and memory columns from ranks that
+measured different batch shapes (dynamic padding gives each rank its own sequence length)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from workshop.results import tables
+from workshop.results.logs import parse_text
+from workshop.results.memory import MB
+
+
+def run(label: str, run_args: dict | None = None, **summary: object) -> "tables.ParsedLog":
+    lines = [f"WORKSHOP_RUN_ARGS {json.dumps({'config': run_args})}"] if run_args else []
+    lines.append("WORKSHOP_SUMMARY " + json.dumps({"status": "completed", **summary}))
+    return parse_text("\n".join(lines) + "\n", label)
+
+
+def test_efficiency_is_relative_to_the_smallest_world_of_2() -> None:
+    """1 node x 2, 2 x 2, 4 x 2 at 20, 36 and 64 samples/s: speed-ups 1, 1.8, 3.2 over the 2-rank run,
+    efficiencies 1.8 / (4 / 2) = 0.9 and 3.2 / (8 / 2) = 0.8 (not 1.8 / 4 = 0.45)."""
+    runs = [run(f"{n}x2", world_size=2 * n, nodes=n, global_batch=16, train_samples_per_s=s)
+            for n, s in ((4, 64.0), (1, 20.0), (2, 36.0))]
+    df = tables.multinode_table(runs, [], predicted_mem_mb=False)
+    assert list(df.index) == ["1x2", "2x2", "4x2"]
+    assert list(df["speedup"]) == pytest.approx([1.0, 1.8, 3.2])
+    assert list(df["efficiency"]) == pytest.approx([1.0, 0.9, 0.8])
+    assert "speed-up relative to 1x2 (world size 2)" in df.attrs["notes"]
+    assert not any("above perfect scaling" in n for n in df.attrs["notes"])
+    # the same through the scaling table notebook 04 plots
+    assert list(tables.scaling_table(runs, predicted_mem_mb=False)["efficiency"]) == pytest.approx([1.0, 0.9, 0.8])
+
+
+def test_superlinear_is_judged_against_the_smallest_world_too() -> None:
+    """2.5 x the 2-rank throughput on 4 ranks is 125 % efficiency: above the 115 % noise bound, named."""
+    runs = [run("1x2", world_size=2, nodes=1, global_batch=8, train_samples_per_s=20.0),
+            run("2x2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=50.0)]
+    notes = tables.scaling_table(runs, predicted_mem_mb=False).attrs["notes"]
+    assert [n for n in notes if "above perfect scaling" in n] == [
+        "2x2: efficiency 125% is above perfect scaling, which no run reaches: 1x2 was slowed (a busy machine?) "
+        "and every speed-up over it is inflated; rerun 1x2 (resubmit=True) and compute again"]
+    runs[1] = run("2x2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=22.0)   # 110 %: noise
+    assert not any("above perfect scaling" in n for n in tables.scaling_table(runs, False).attrs["notes"])
+
+
+# The tiny model, full_shard on 2 ranks, fp32 (run_args' config as a run writes it).
+CONFIG = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "nodes": 1, "procs_per_node": 2,
+          "world_size": 2, "batch_size": 2, "max_length": 256, "grad_acc": 1, "global_batch": 0,
+          "offload": False, "activation_checkpointing": False, "hybrid_replicas": 0, "replicas": 1, "shard_size": 2}
+
+
+def test_memory_columns_from_ranks_that_measured_different_batch_shapes() -> None:
+    """Rank 0 trained a 2 x 40 step, rank 1 a 2 x 56 one. Each category's column is its largest rank's
+    (the one that must fit), the prediction is the model at the longer shape: the tiny model's peak at
+    2 x 56 worked out in tests/test_memory_by_hand.py, 5,416,832 bytes (4,493,184 at 2 x 40)."""
+    ranks = [{"params": 0.99, "grads": 0.61, "optimizer": 1.23, "activations": 1.75, "other": 1.60, "peak": 4.30,
+              "batch_shape": [2, 40], "micro_batches": 1},
+             {"params": 0.98, "grads": 0.62, "optimizer": 1.23, "activations": 2.51, "other": 1.40, "peak": 5.17,
+              "batch_shape": [2, 56], "micro_batches": 1}]
+    log = run("fs2", CONFIG, sharding_applied="full_shard", world_size=2, peak_mem_mb=5.17, mem_kind="tensor",
+              rss_mb=530.0, tensor_mem_mb_per_rank=ranks, train_samples_per_s=4.0)
+    df = tables.strategies_table([log])
+    row = df.loc["fs2"]
+    assert (row["params_mb"], row["grads_mb"], row["optimizer_mb"], row["activations_mb"], row["other_mb"]) == (
+        0.99, 0.62, 1.23, 2.51, 1.60)
+    assert row["host_mb"] == 0 and row["rss_mb"] == 530.0
+    assert row["predicted_mem_mb"] == pytest.approx(5_416_832 / MB)
+    # one rank only: the prediction follows its shape
+    alone = run("fs2", CONFIG, sharding_applied="full_shard", world_size=2, peak_mem_mb=4.3,
+                tensor_mem_mb_per_rank=[ranks[0], None])
+    assert tables.strategies_table([alone]).loc["fs2", "predicted_mem_mb"] == pytest.approx(4_493_184 / MB)
+
+
+def test_offloaded_ranks_add_their_host_memory() -> None:
+    ranks = [{"params": 0.5, "grads": 0.0, "optimizer": 0.0, "activations": 1.8, "other": 1.5, "peak": 3.0,
+              "host": 2.46, "batch_shape": [2, 40]},
+             {"params": 0.5, "grads": 0.0, "optimizer": 0.0, "activations": 2.5, "other": 1.4, "peak": 3.6,
+              "host": 2.45, "batch_shape": [2, 56]}]
+    df = tables.strategies_table([run("off", None, sharding_applied="full_shard", offload_applied=True,
+                                      tensor_mem_mb_per_rank=ranks)], predicted_mem_mb=False)
+    assert df.loc["off", "host_mb"] == 2.46 and df.loc["off", "activations_mb"] == 2.5
+    assert df.loc["off", "strategy"] == "full_shard+offload"
+
+
+def test_a_run_without_measured_memory_is_nan_with_its_reason() -> None:
+    df = tables.strategies_table([run("old", None, sharding_applied="full_shard", peak_mem_mb=500.0)],
+                                 predicted_mem_mb=False)
+    assert all(math.isnan(df.loc["old", c]) for c in ("params_mb", "grads_mb", "optimizer_mb", "activations_mb",
+                                                       "other_mb", "host_mb"))
+    assert any("old: memory by category is NaN — the run measured no tensor memory" in n for n in df.attrs["notes"])
