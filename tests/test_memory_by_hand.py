@@ -104,3 +104,32 @@ def test_tiny_full_shard_at_two_batch_shapes() -> None:
         return 644_736 + 4 * 98_304 + 1_289_472 + blocks + outside + 4 * x * 1024   # shard, embedding, AdamW, ...
     assert estimate("tiny", "full_shard", 2, "fp32", 2, 40).peak == by_hand(2, 40) == 4_493_184
     assert estimate("tiny", "full_shard", 2, "fp32", 2, 56).peak == by_hand(2, 56) == 5_416_832
+
+
+def test_the_ladders_published_rungs_have_their_checkpoints_heads() -> None:
+    """bigscience/bloom-1b1's config.json: n_head 16 (head dim 96); bloom-3b's: n_head 32 (head dim 80). A
+    rule of thumb (hidden / 128) would give 12 and 20, and under-count the attention scores."""
+    assert memory.bloom_family_arch(1536, 24).heads == 16
+    assert memory.bloom_family_arch(2560, 30).heads == 32
+    assert memory.bloom_family_arch(5120, 40).heads == 40          # between checkpoints: head dim 128
+
+
+def test_largest_model_for_ddp_on_a_budget_between_peak_and_gpu_peak() -> None:
+    """bloom-1b1 (V 250,880, h 1536, L 24, 16 heads; P = 385,357,824 + 24 x 28,331,520 = 1,065,314,304),
+    DDP on 4, bf16, 8 x 512:
+      activations: blocks 24 x (36·x·h + 6·b·a·s²) = 24 x (226,492,416 + 201,326,592) = 10,267,656,192
+                   outside 14·x·h + 64·x + 10·x·V = 88,080,384 + 262,144 + 10,276,044,800 = 10,364,387,328
+                   autocast's copies 2·(V·h + 24·12h²) = 2,129,657,856; DDP's output 2·x·V = 2,055,208,960
+      peak 12P + 24,816,910,336 = 37,600,681,984 (35.02 GiB); gpu_peak + 4P buckets = 41,861,939,200 (38.99 GiB).
+    On 36 GiB it fits by the tracker's peak but not on a GPU: the answer is bloom-560m, whose gpu_peak is
+    12P + 21,963,735,040 + 4P = 30,911,168,512 (28.79 GiB)."""
+    a = memory.bloom_family_arch(1536, 24)
+    assert a.params == 1_065_314_304
+    bd = estimate(a, "ddp", 4, "bf16", 8, 512)
+    assert bd.peak == 12 * 1_065_314_304 + 24_816_910_336 == 37_600_681_984
+    assert bd.gpu_peak == 37_600_681_984 + 4 * 1_065_314_304 == 41_861_939_200
+    fit = memory.largest_model_that_fits(36, "ddp", 4, "bf16", 8, 512)
+    assert (fit.hidden, fit.layers, fit.params) == (1024, 24, P)
+    assert fit.breakdown is not None and fit.breakdown.gpu_peak == 12 * P + 21_963_735_040 + 4 * P == 30_911_168_512
+    # on 40 GiB (42,949,672,960 bytes) bloom-1b1 fits a GPU too
+    assert (memory.largest_model_that_fits(40, "ddp", 4, "bf16", 8, 512).hidden) == 1536

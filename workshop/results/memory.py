@@ -333,9 +333,17 @@ BLOOM_LADDER: tuple[tuple[int, int], ...] = (
     (8192, 48), (10240, 56), (12288, 64), (14336, 70))
 
 
+# The published checkpoints' own head counts: bloom-1b1 (16 heads of 96) and bloom-3b (32 of 80) follow no
+# single head-dim rule, and the attention scores (b·heads·s² per block) grow with the count.
+PUBLISHED_HEADS = {(a.hidden, a.layers): a.heads for a in PROFILES.values() if a.vocab == 250880}
+
+
 def bloom_family_arch(hidden: int, layers: int, vocab: int = 250880) -> Arch:
-    """BLOOM's head rule: head dim 64 up to hidden 1024, 128 above (560m: 16x64, 1b7: 16x128, 7b1: 32x128)."""
-    heads = max(1, hidden // 64) if hidden <= 1024 else max(1, hidden // 128)
+    """A rung's shapes: a published checkpoint's own heads; between them BLOOM's usual head dim, 64 up
+    to hidden 1024 and 128 above (560m: 16x64, 1b7: 16x128, 7b1: 32x128)."""
+    heads = PUBLISHED_HEADS.get((hidden, layers)) if vocab == 250880 else None
+    if heads is None:
+        heads = max(1, hidden // 64) if hidden <= 1024 else max(1, hidden // 128)
     return Arch(f"bloom-h{hidden}-l{layers}", vocab, hidden, layers, heads)
 
 
