@@ -231,7 +231,26 @@ def test_measuring_tensor_memory_stays_a_small_share_of_a_course_run(runs, shard
     several times dearer (it cost 10-19 % of these runs before its per-operator work was cut)."""
     s = runs.get("--sharding", sharding, nproc=2).summary
     assert s["steps"] == 12
-    assert 0 <= s["tensor_mem_overhead_pct"] <= 25, s["tensor_mem_overhead_pct"]
+    assert 0 <= s["tensor_mem_overhead_pct"] <= SUITE_OVERHEAD_BOUND_PCT, s["tensor_mem_overhead_pct"]
+
+
+SUITE_OVERHEAD_BOUND_PCT = 25.0
+
+
+def test_the_design_states_the_overhead_bounds_the_checks_hold() -> None:
+    """docs/design.md says what holds the tensor-memory overhead: the benchmark's bound on a quiet machine and
+    this suite's looser one beside its other work; both numbers are the ones the checks use."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("overhead", root / "benchmarks" / "tensor_memory_overhead.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    design = " ".join((root / "docs" / "design.md").read_text().split())
+    assert f"holds notebook 03's 12-step runs to {bench.BOUND_PCT:.0f} % on a quiet machine" in design
+    assert (f"`test_measuring_tensor_memory_stays_a_small_share_of_a_course_run` holds the same runs to "
+            f"{SUITE_OVERHEAD_BOUND_PCT:.0f} %") in design
 
 
 @pytest.mark.slow
