@@ -64,9 +64,9 @@ def test_full_shard_4_gpus_bf16_by_hand() -> None:
     assert bd.grads == P560 and bd.unsharded_grads == 2 * Vh
     assert bd.optimizer == 2 * P560  # 8 bytes · P / 4 ranks
     x = 8 * 512
-    # no autocast weight casts under FSDP's MixedPrecisionPolicy: the none-run's activations less them
-    none = estimate("bloom-560m", "none", 1, "bf16", 8, 512)
-    assert bd.activations == none.activations - 2 * (Vh + arch.layers * 12 * arch.hidden ** 2)
+    # no autocast weight casts under FSDP's MixedPrecisionPolicy: the none-run's 19,908,526,080 less their
+    # 2·(V·h + 24·12h²) = 1,117,782,016
+    assert bd.activations == 19_908_526_080 - 1_117_782_016 == 18_790_744_064
     assert bd.peak == P560 + 2 * Vh + 2 * P560 + bd.activations + 2 * x * arch.vocab
 
 
@@ -94,7 +94,12 @@ def test_fp32_and_grad_accumulation() -> None:
     # FSDP2 without sync on non-final micro-batches keeps every unit's unsharded gradient: 4·P at any world
     one = estimate("tiny", "full_shard", 4, "fp32", 2, 32)
     acc = estimate("tiny", "full_shard", 4, "fp32", 2, 32, grad_acc=2)
-    assert acc.unsharded_grads == 4 * p and acc.grads == one.grads == p and acc.peak == one.peak + 4 * p
+    assert acc.unsharded_grads == 4 * p and acc.grads == one.grads == p
+    # one step, x = 64: the fp32 shard P/4·4 = 322,368 + the fp32 embedding 4·V·h = 393,216 + AdamW 644,736
+    # + activations 2·(64·x·h + 4·b·a·s²) + 12·x·h + 64·x + 8·x·V = 851,968 + 602,112 + the loss's gradient
+    # 4·x·V = 262,144; with accumulation every unit's unsharded gradient (4P = 1,289,472) on top
+    assert one.peak == 322_368 + 393_216 + 644_736 + 851_968 + 602_112 + 262_144 == 3_076_544
+    assert acc.peak == 3_076_544 + 1_289_472
 
 
 def test_activation_checkpointing_by_hand() -> None:
@@ -120,8 +125,9 @@ def test_checkpointed_activations_peak_with_one_block_recomputed() -> None:
     tiny = get_arch("tiny")
     x = 2 * 32
     bd = estimate("tiny", "full_shard", 2, "fp32", 2, 32, activation_checkpointing=True)
-    block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32  # one block's internals, recomputed in backward
-    assert bd.activations == activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) + block
+    block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32  # one block's internals, recomputed in backward: 425,984
+    kept = 2 * 4 * 4 * x * 96 + 12 * x * 96 + 64 * x + 8 * x * 1024   # checkpointed blocks' inputs + outside
+    assert tiny.layers == 2 and bd.activations == kept + block == 1_224_704
 
 
 def test_bad_configs_are_refused() -> None:
