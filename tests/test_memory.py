@@ -206,7 +206,7 @@ MEASURED = [((), 1), (("--sharding", "full_shard"), 1),
             (("--sharding", "full_shard", "--activation-checkpointing"), 2),
             (("--sharding", "ddp", "--activation-checkpointing"), 2)]
 TOLERANCE = {"params": 0.05, "grads": 0.05, "optimizer": 0.05, "host_params": 0.05, "host_grads": 0.05,
-             "host_optimizer": 0.05, "activations": 0.25, "peak": 0.15}
+             "host_optimizer": 0.05, "activations": 0.25, "other": 0.15, "peak": 0.15}
 
 
 @pytest.mark.slow
@@ -222,8 +222,13 @@ def test_model_matches_the_measured_tensor_memory(runs, flags: tuple[str, ...], 
     rows = memory.compare(run.summary, config)
     assert {r["rank"] for r in rows} == set(range(nproc))
     checked = [r for r in rows if r["category"] in TOLERANCE]
-    assert {r["category"] for r in checked} >= {"params", "grads", "optimizer", "activations", "peak"}
+    assert {r["category"] for r in checked} >= {"params", "grads", "optimizer", "activations", "other", "peak"}
     for r in checked:
+        if r["category"] == "other" and config["precision"] != "fp32":
+            # backward's temporaries are counted in fp32 (calibrated on fp32 runs, within 8 % of them); a
+            # 16-bit run keeps some in bf16: the model is an upper bound there (measured +17 to +37 %)
+            assert r["measured_mb"] <= r["predicted_mb"] <= 1.5 * r["measured_mb"], r
+            continue
         assert r["predicted_mb"] == pytest.approx(r["measured_mb"], rel=TOLERANCE[r["category"]], abs=1e-3), r
     assert run.summary["tensor_mem_overhead_pct"] is not None  # the measured step's cost: bounded below
 
