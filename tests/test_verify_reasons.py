@@ -301,3 +301,38 @@ def test_slurm_another_users_job_and_one_that_never_ran(tmp_path: Path) -> None:
     v = slurm_verdict(job, tmp_path)
     verify.check_job(v, None, "alice", KEY)
     assert v.reasons == ["job 4242 never ran on this cluster: sacct has no record of it"]
+
+
+def test_the_command_prints_one_line_a_job_and_exits_1_when_one_is_flagged(tmp_path: Path, capsys,
+                                                                           monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv(verify.KEY_ENV, KEY)
+    make_job(tmp_path)
+    assert verify.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["student", "assignment", "job", "verdict", "reason"]
+    assert out[1].split()[:4] == ["alice", "01_baseline", "local-3", "ok"]
+    assert out[-1] == "1 job(s), 0 flagged; digests keyed"
+    make_job(tmp_path, student="bob", pid=5151, key=None)
+    assert verify.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:4] == ["alice", "01_baseline", "local-3", "ok"]
+    assert out[2].split()[:4] == ["bob", "01_baseline", "local-3", "FLAGGED"]
+    assert out[2].endswith("an unkeyed digest where this site's jobs sign theirs: recomputed by hand?")
+    assert out[-1] == "2 job(s), 1 flagged; digests keyed"
+    monkeypatch.delenv(verify.KEY_ENV)
+    verify.main([str(tmp_path)])
+    assert capsys.readouterr().out.splitlines()[-1].endswith("digests unkeyed (no WORKSHOP_DIGEST_KEY)")
+
+
+def test_the_command_refuses_what_is_not_a_submissions_folder(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert verify.main([str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder. Give nbgrader's submitted/ folder" in capsys.readouterr().err
+    assert verify.main([str(tmp_path)]) == 2
+    assert "no job folders under" in capsys.readouterr().err
+
+
+def test_the_user_map(tmp_path: Path) -> None:
+    path = tmp_path / "users.csv"
+    path.write_text("student,unix_user\n# a comment\n\nalice, u1001\nbob,u1002\nbroken line\n")
+    assert verify.read_user_map(str(path)) == {"alice": "u1001", "bob": "u1002"}
+    assert verify.read_user_map(None) == {}
