@@ -129,3 +129,43 @@ def test_holds_names_the_error_of_a_rule_that_cannot_be_evaluated() -> None:
     with pytest.raises(AssertionError) as e:
         checks.holds({}, lambda b: b["em"] <= b["f1"], "EM <= F1", hint="fill both")
     assert str(e.value) == "EM <= F1 does not hold (KeyError: 'em'): fill both"
+
+
+def test_messages_without_a_hint_and_of_an_empty_choice(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(AssertionError) as e:
+        checks.holds({"em": 1}, lambda _: False, "EM <= F1")
+    assert str(e.value) == "EM <= F1 does not hold"                   # no hint: nothing after it
+    with pytest.raises(AssertionError) as e:
+        checks.choice(None, "ddp", "fastest")
+    assert str(e.value) == "fastest is still empty: fill it in"
+    with pytest.raises(AssertionError) as e:
+        checks.choice("ddp", "full_shard", "fastest", hint="compare the throughputs")
+    assert str(e.value) == "fastest: 'ddp' is not right: compare the throughputs"
+    checks.value([1], [1], "labels")
+    checks.choice("ddp", "ddp", "fastest")
+    checks.holds(1, lambda _: True, "rule")
+    assert capsys.readouterr().out == "ok: labels\nok: fastest\nok: rule\n"
+
+
+@pytest.mark.parametrize("check, args", [
+    (checks.number, (2.0, 2.0)), (checks.value, ([1], [1])), (checks.choice, ("ddp", "ddp")),
+    (checks.holds, (1, lambda _: True)),
+])
+def test_each_check_replays_its_own_kind_of_record(check, args) -> None:  # noqa: ANN001
+    """In the independent re-run the answer comes from the record of the same kind and name, or not at all."""
+    from workshop.course.integrity import Replay
+
+    kind = check.__name__
+    answer = args[0]
+    checks._replay = Replay([{"v": 1, "kind": kind, "what": "x", "answer": repr(answer)}])
+    try:
+        check(None, *args[1:], "x")               # the kernel's value (None) is never used
+    finally:
+        checks._replay = None
+    other = "number" if kind != "number" else "value"
+    checks._replay = Replay([{"v": 1, "kind": other, "what": "x", "answer": repr(answer)}])
+    try:
+        with pytest.raises(AssertionError, match="do not line up"):
+            check(None, *args[1:], "x")
+    finally:
+        checks._replay = None

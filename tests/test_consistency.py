@@ -78,3 +78,12 @@ def test_same_arithmetic_needs_the_same_device_too() -> None:
 @pytest.mark.parametrize("a, b", [("fp32", "fp16"), ("fp16", "bf16"), ("bf16", "bf16")])
 def test_the_tolerance_is_symmetric(a: str, b: str) -> None:
     assert consistency_tolerance(run(a), run(b)) == consistency_tolerance(run(b), run(a))
+
+
+def test_the_relative_difference_is_over_the_larger_loss_and_the_bound_itself_holds() -> None:
+    # 0.002002 over the larger 2.002002 is 1.0e-3 less a hair: consistent; over the smaller 2.0 it would not be
+    assert losses_consistent(run(eval_losses=[2.002002]), run(eval_losses=[2.0]))[0]
+    # losses below 1: relative to the loss itself (0.0006 / 0.5006 = 1.2e-3), not to 1
+    assert not losses_consistent(run(eval_losses=[0.5]), run(eval_losses=[0.5006]))[0]
+    # exactly on the bound (binary-exact: 0.03125 / 1.0 is bf16's 4 x 2^-7): consistent
+    assert losses_consistent(run("bf16", eval_losses=[0.96875]), run("bf16", eval_losses=[1.0]))[0]

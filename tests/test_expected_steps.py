@@ -89,3 +89,16 @@ def test_the_trainer_takes_the_steps_the_rule_predicts(tmp_path: Path) -> None:
     trainer = json.loads(line.removeprefix("STEPS "))
     for name, (args, steps) in CASES.items():
         assert trainer[name] == [steps, steps], (name, trainer[name])
+
+
+def test_the_shard_rule_refuses_what_has_no_shard() -> None:
+    from workshop.training.fsdp_rules import shard0_local_shape
+
+    with pytest.raises(ValueError) as e:
+        shard0_local_shape((), 2, 0)
+    assert str(e.value) == "a 0-dim parameter has no dim 0 to shard"
+    for rank in (2, -1):
+        with pytest.raises(ValueError) as e:
+            shard0_local_shape((4, 3), 2, rank)
+        assert str(e.value) == f"rank {rank} is not in a world of 2"
+    assert shard0_local_shape((4, 3), 2, 1) == (2, 3)

@@ -134,3 +134,13 @@ def test_largest_model_for_ddp_on_a_budget_between_peak_and_gpu_peak() -> None:
     assert fit.breakdown is not None and fit.breakdown.gpu_peak == 12 * P + 21_963_735_040 + 4 * P == 30_911_168_512
     # on 40 GiB (42,949,672,960 bytes) bloom-1b1 fits a GPU too
     assert (memory.largest_model_that_fits(40, "ddp", 4, "bf16", 8, 512).hidden) == 1536
+
+
+def test_nothing_fits_a_gpu_too_small(capsys: pytest.CaptureFixture[str]) -> None:
+    assert memory.largest_model_that_fits(1, "none", 1) == memory.Fit(0, 0, 0, 0, None)
+    # the CLI: a refused config says so on stderr, under the command's own name
+    assert memory.main(["--sharding", "hybrid_shard", "--world-size", "4", "--replicas", "3"]) == 2
+    assert capsys.readouterr().err == "workshop estimate: hybrid_shard: 3 replicas do not divide world size 4\n"
+    assert memory.main(["--model", "tiny", "--sharding", "none"]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == ["parameters: 322,368 (sharded over 1)",
+                                                        "per GPU (each category's own peak over a step):"]

@@ -92,3 +92,14 @@ def test_a_run_without_measured_memory_is_nan_with_its_reason() -> None:
     assert all(math.isnan(df.loc["old", c]) for c in ("params_mb", "grads_mb", "optimizer_mb", "activations_mb",
                                                        "other_mb", "host_mb"))
     assert any("old: memory by category is NaN — the run measured no tensor memory" in n for n in df.attrs["notes"])
+
+
+def test_fsdp_table_from_the_trainers_own_figures_when_there_is_no_summary() -> None:
+    """Logs without WORKSHOP_SUMMARY (an HF run printed only its dicts): throughput from the final dict."""
+    base = parse_text("{'train_runtime': '10.0', 'train_samples_per_second': '10.0', 'train_loss': '2.0', "
+                      "'epoch': '1.0'}\n", "base")
+    fsdp = parse_text("{'train_runtime': '12.5', 'train_samples_per_second': '8.0', 'train_loss': '2.0', "
+                      "'epoch': '1.0'}\n", "fsdp")
+    df = tables.fsdp_vs_baseline_table(base, [fsdp], predicted_mem_mb=False)
+    assert df.loc["fsdp", "samples_per_s"] == 8.0
+    assert df.loc["fsdp", "speed_cost_pct"] == pytest.approx(20.0)     # 1 - 8 / 10
