@@ -102,3 +102,12 @@ def test_the_shard_rule_refuses_what_has_no_shard() -> None:
             shard0_local_shape((4, 3), 2, rank)
         assert str(e.value) == f"rank {rank} is not in a world of 2"
     assert shard0_local_shape((4, 3), 2, 1) == (2, 3)
+
+
+def test_params_on_rank_by_hand() -> None:
+    """1024 x 96 rows on 3 ranks are 342, 342, 340 rows; 5 rows are 2, 2, 1."""
+    from workshop.training.fsdp_rules import params_on_rank
+
+    shapes = {"embedding": (1024, 96), "bias": (5,)}
+    assert [params_on_rank(shapes, 3, r) for r in range(3)] == [342 * 96 + 2, 342 * 96 + 2, 340 * 96 + 1]
+    assert params_on_rank(shapes, 1, 0) == 1024 * 96 + 5

@@ -144,3 +144,23 @@ def test_nothing_fits_a_gpu_too_small(capsys: pytest.CaptureFixture[str]) -> Non
     assert memory.main(["--model", "tiny", "--sharding", "none"]) == 0
     assert capsys.readouterr().out.splitlines()[:2] == ["parameters: 322,368 (sharded over 1)",
                                                         "per GPU (each category's own peak over a step):"]
+
+
+def test_compare_predicts_each_rank_at_its_own_batch_shape() -> None:
+    """summary.json's per-rank measurements against the model, by hand for the tiny model, full_shard on 2,
+    fp32: params = the shard 644,736 + the gathered embedding and one block 4·(98,304 + 111,840) = 1,485,312 B;
+    peak 4,493,184 B at 2 x 40 and 5,416,832 B at 2 x 56 (test_tiny_full_shard_at_two_batch_shapes)."""
+    config = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "nodes": 1, "procs_per_node": 2,
+              "batch_size": 2, "max_length": 256}
+    ranks = [{"params": 1.5, "peak": 4.0, "batch_shape": [2, 40]}, None,
+             {"params": 1.4, "peak": 5.0, "unsharded_grads": 0.4, "batch_shape": [2, 56]}]
+    rows = memory.compare({"tensor_mem_mb_per_rank": ranks}, config)
+    by = {(r["rank"], r["category"]): r for r in rows}
+    assert {r["rank"] for r in rows} == {0, 2}                          # a rank without a measurement: no rows
+    assert by[0, "params"]["predicted_mb"] == round(1_485_312 / MB, 3) == 1.417
+    assert by[0, "peak"] == {"rank": 0, "category": "peak", "predicted_mb": round(4_493_184 / MB, 3),
+                             "measured_mb": 4.0, "rel_error": round((4_493_184 / MB - 4.0) / 4.0, 4)}
+    assert by[2, "peak"]["predicted_mb"] == round(5_416_832 / MB, 3)
+    assert by[0, "grads"]["measured_mb"] is None and by[0, "grads"]["rel_error"] is None
+    assert (0, "unsharded_grads") not in by and (0, "host_params") not in by     # not measured: not compared
+    assert by[2, "unsharded_grads"]["predicted_mb"] == round(4 * 98_304 / MB, 3)  # the embedding unit's fp32 grad
