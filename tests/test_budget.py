@@ -69,7 +69,7 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
     with pytest.raises(ConfigError, match="instructor_jobs.*--instructor-run"):    # not run yet
         submit("bandwidth", profile=profile, overrides=costly, jobs_dir=tmp_path / "student" / "jobs")
     theirs = submit("bandwidth", profile=profile, overrides=costly, jobs_dir=shared)      # the instructor, once
-    assert theirs.wait(timeout=180, poll=0.2) is JobState.COMPLETED, theirs.tail(40)
+    assert theirs.wait(timeout=600, poll=0.2) is JobState.COMPLETED, theirs.tail(40)
     mine = submit("bandwidth", profile=profile, overrides=costly, jobs_dir=tmp_path / "student" / "jobs")
     assert mine.job_id == theirs.job_id and mine.state() is JobState.COMPLETED
     link = tmp_path / "student" / "jobs" / theirs.job_dir.name
@@ -78,7 +78,7 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
     cheap = submit("bandwidth", profile=profile, overrides={"procs_per_node": 1, "sharding": "none"},
                    jobs_dir=tmp_path / "student" / "jobs")
     assert cheap.job_dir.parent == tmp_path / "student" / "jobs" and not cheap.job_dir.is_symlink()  # own job
-    cheap.wait(timeout=180, poll=0.2)
+    cheap.wait(timeout=600, poll=0.2)
 
 
 def guide_command(marker: str) -> str:

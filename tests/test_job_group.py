@@ -84,7 +84,7 @@ def test_a_job_bigger_than_a_free_core_waits_for_the_one_before_it(two_cores):
     prof = sleeper(two_cores, 1.5)
     jobs = submit_all({"one": ("baseline", {}), "two": ("strategies", {"procs_per_node": 2}),
                        "after": ("baseline", {"seed": 7})}, prof, jobs_dir=two_cores / "jobs")
-    assert set(jobs.wait(timeout=60, poll=0.2).values()) == {JobState.COMPLETED}
+    assert set(jobs.wait(timeout=300, poll=0.2).values()) == {JobState.COMPLETED}
     (s1, e1), (s2, e2), (s3, _) = (span(jobs[n]) for n in ("one", "two", "after"))
     assert s2 >= e1 - 0.05       # two cores: it waits for "one", although one core was free
     assert s3 >= s2              # and "after" does not jump the queue onto that free core

@@ -54,7 +54,7 @@ def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, 
     job = submit("bandwidth", profile="local", overrides={"procs_per_node": 1, "sharding": "none"}, jobs_dir=jobs)
     assert job.job_id.startswith("local-")
     assert job.state() in (JobState.PENDING, JobState.RUNNING, JobState.COMPLETED)   # queued for a core first
-    assert job.wait(timeout=120, poll=0.2) is JobState.COMPLETED, job.tail()
+    assert job.wait(timeout=600, poll=0.2) is JobState.COMPLETED, job.tail()
     print(f"local bandwidth job: submit -> COMPLETED in {time.monotonic() - t0:.1f} s")
     log = job.tail(100)
     # Slurm job ids are numbers (scripts do arithmetic with them): local-N runs as SLURM_JOB_ID=N
@@ -84,14 +84,14 @@ def test_trivial_job_completes_once_and_its_record_survives_a_restart(tmp_path, 
                   jobs_dir=jobs, resubmit=True)
     assert redo.job_id != job.job_id and redo.job_dir == job.job_dir
     assert redo.record.history[0]["job_id"] == job.job_id
-    assert redo.wait(timeout=120, poll=0.2) is JobState.COMPLETED
+    assert redo.wait(timeout=600, poll=0.2) is JobState.COMPLETED
 
 
 def test_failing_job_is_failed_with_the_reason(tmp_path):
     prof = site(tmp_path, "strict", "[bandwidth]\nmin_busbw_GBps = 1000000.0")
     job = submit("bandwidth", profile=prof, overrides={"procs_per_node": 1, "sharding": "none"},
                  jobs_dir=tmp_path / "jobs")
-    assert job.wait(timeout=120, poll=0.2) is JobState.FAILED
+    assert job.wait(timeout=600, poll=0.2) is JobState.FAILED
     assert job.record.exit_code == 1
     assert job.reason.startswith("exit code 1")
     assert "below the site's minimum 1e+06 GB/s" in job.tail(40)
@@ -135,7 +135,7 @@ def test_local_backend_simulates_two_nodes_with_the_multi_node_script(tmp_path):
 
     job = submit("bandwidth", profile="local", jobs_dir=tmp_path / "jobs",
                  overrides={"nodes": 2, "procs_per_node": 1})
-    assert job.wait(timeout=180).value == "COMPLETED", job.tail(40)
+    assert job.wait(timeout=600).value == "COMPLETED", job.tail(40)
     assert "srun --nodes" in job.script and "rdzv-backend=c10d" in job.script
     bw = parse_log(job.log_path).bandwidth
     assert bw is not None and bw.n_nodes == 2 and bw.n_ranks == 2
