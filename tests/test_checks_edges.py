@@ -169,3 +169,36 @@ def test_each_check_replays_its_own_kind_of_record(check, args) -> None:  # noqa
             check(None, *args[1:], "x")
     finally:
         checks._replay = None
+
+
+def test_while_nbgrader_grades_each_check_records_the_answer_as_plain_data(monkeypatch) -> None:  # noqa: ANN001
+    """In a kernel (an IPython shell) under NBGRADER_EXECUTION, the answer goes into the cell's output as a
+    record the integrity review replays; outside grading nothing is published."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from IPython.utils.capture import capture_output
+
+    assert not InteractiveShell.initialized()
+    InteractiveShell.instance()
+    try:
+        with capture_output() as quiet:
+            checks.number(2.5, 2.5, "loss")
+        monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+        with capture_output() as graded:
+            checks.number(np.float64(2.5), 2.5, "loss")
+            with pytest.raises(AssertionError):
+                checks.value(Anything(1.0), [1], "labels")
+    finally:
+        InteractiveShell.clear_instance()          # the rest of the session runs outside a kernel again
+    assert quiet.outputs == []
+    records = [o.data[checks.MIME] for o in graded.outputs]
+    assert records == [{"v": checks.RECORD_VERSION, "kind": "number", "what": "loss", "answer": "2.5"},
+                       {"v": checks.RECORD_VERSION, "kind": "value", "what": "labels",
+                        "invalid": "an object of type Anything"}]
+    assert graded.outputs[0].data["text/plain"] == "(answer recorded for grading: loss)"
+
+
+class Anything(float):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = float.__hash__

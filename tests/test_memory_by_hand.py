@@ -164,3 +164,14 @@ def test_compare_predicts_each_rank_at_its_own_batch_shape() -> None:
     assert by[0, "grads"]["measured_mb"] is None and by[0, "grads"]["rel_error"] is None
     assert (0, "unsharded_grads") not in by and (0, "host_params") not in by     # not measured: not compared
     assert by[2, "unsharded_grads"]["predicted_mb"] == round(4 * 98_304 / MB, 3)  # the embedding unit's fp32 grad
+
+
+def test_the_estimate_commands_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert memory.main(["--model", "tiny", "--sharding", "full_shard", "--world-size", "2", "--offload"]) == 0
+    assert "host_optimizer" in capsys.readouterr().out            # offload: host memory per rank is shown
+    with pytest.raises(SystemExit):
+        memory.main(["--precision", "fp8"])                         # argparse refuses it, naming the choices
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err
+    assert memory.main(["--model", "tiny", "--sharding", "ddp", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "  ddp_buckets           1.2 MB  (DDP's gradient buckets: the tracker cannot see them" in out   # 4P

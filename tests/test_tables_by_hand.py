@@ -103,3 +103,22 @@ def test_fsdp_table_from_the_trainers_own_figures_when_there_is_no_summary() -> 
     df = tables.fsdp_vs_baseline_table(base, [fsdp], predicted_mem_mb=False)
     assert df.loc["fsdp", "samples_per_s"] == 8.0
     assert df.loc["fsdp", "speed_cost_pct"] == pytest.approx(20.0)     # 1 - 8 / 10
+
+
+def test_the_baseline_from_trainer_records_alone() -> None:
+    """No summary, no final dict: the last train record's loss, and EM/F1 from the summary when there is one."""
+    log = parse_text("{'loss': '6.5', 'epoch': '0.5'}\n{'loss': '5.25', 'epoch': '1.0'}\n"
+                     "{'eval_loss': '5.0', 'epoch': '1.0'}\n", "hf")
+    row = tables.baseline_table([log], predicted_mem_mb=False).loc["hf"]
+    assert row["final_train_loss"] == 5.25 and row["eval_loss_epoch1"] == 5.0
+    done = run("done", em_after=12.5, f1_after=30.25, train_loss=2.0)
+    row = tables.baseline_table([done], predicted_mem_mb=False).loc["done"]
+    assert (row["em"], row["f1"]) == (12.5, 30.25)
+
+
+def test_offload_is_what_the_summary_read_back_over_what_the_config_asked() -> None:
+    asked = {**CONFIG, "offload": True}
+    not_applied = run("off?", asked, sharding_applied="full_shard", offload_applied=False)
+    unknown = run("off", asked, sharding_applied="full_shard")          # an older summary without the field
+    df = tables.strategies_table([not_applied, unknown], predicted_mem_mb=False)
+    assert list(df["strategy"]) == ["full_shard", "full_shard+offload"]

@@ -336,3 +336,11 @@ def test_the_user_map(tmp_path: Path) -> None:
     path.write_text("student,unix_user\n# a comment\n\nalice, u1001\nbob,u1002\nbroken line\n")
     assert verify.read_user_map(str(path)) == {"alice": "u1001", "bob": "u1002"}
     assert verify.read_user_map(None) == {}
+
+
+def test_saved_digest(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    assert verify.saved_digest(job.folder) == job.sealed["digest"]
+    (job.folder / "run" / "digest.json").write_text("not json")
+    assert verify.saved_digest(job.folder) is None
+    assert verify.saved_digest(tmp_path / "nowhere") is None
