@@ -77,28 +77,32 @@ def report(statuses: dict[str, str]) -> tuple[str, float]:
              f"mutmut 3 over pyproject's [tool.mutmut] modules with the fast tests it lists (`make mutation`); "
              f"commit {_git('rev-parse', '--short', 'HEAD')}, {platform.node()}, {os.cpu_count()} cores, Python "
              f"{platform.python_version()}.", "",
-             "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| module | mutants | killed | timeout | survived | no tests | equivalent | not checked | score |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     totals: Counter[str] = Counter()
     for module in sorted({module_of(m) for m in statuses}):
         mine = {m: s for m, s in statuses.items() if module_of(m) == module}
         c = Counter(mine.values())
-        eq = sum(1 for m, s in mine.items() if m in equivalent and s != "killed")
+        eq = sum(1 for m, s in mine.items() if m in equivalent and s not in ("killed", "not checked"))
         caught = c["killed"] + c["timeout"]
-        changing = len(mine) - eq
+        changing = len(mine) - eq - c["not checked"]
         totals.update(c)
         totals["equivalent"] += eq
         totals["mutants"] += len(mine)
         lines.append(f"| {module} | {len(mine)} | {c['killed']} | {c['timeout']} | {c['survived']} | {c['no tests']} | "
-                     f"{eq} | {caught / changing:.1%} |" if changing else f"| {module} | {len(mine)} | | | | | | |")
-    changing = totals["mutants"] - totals["equivalent"]
+                     f"{eq} | {c['not checked']} | {caught / changing:.1%} |" if changing
+                     else f"| {module} | {len(mine)} | | | | | | {c['not checked']} | |")
+    changing = totals["mutants"] - totals["equivalent"] - totals["not checked"]
     score = (totals["killed"] + totals["timeout"]) / changing if changing else 0.0
+    strict = totals["killed"] / changing if changing else 0.0
     lines.append(f"| **all** | {totals['mutants']} | {totals['killed']} | {totals['timeout']} | {totals['survived']} | "
-                 f"{totals['no tests']} | {totals['equivalent']} | **{score:.1%}** |")
+                 f"{totals['no tests']} | {totals['equivalent']} | {totals['not checked']} | **{score:.1%}** |")
     lines += ["", f"Score: {score:.1%} of the {changing} mutants that change behaviour are caught (killed or timed "
-              f"out); target {TARGET:.0%}: {'met' if score >= TARGET else 'NOT met'}.", ""]
+              f"out); target {TARGET:.0%}: {'met' if score >= TARGET else 'NOT met'}. Counting only the killed ones "
+              f"(a timeout on a busy machine may be the machine's): {strict:.1%}.", ""]
     if totals["not checked"]:
-        lines += [f"{totals['not checked']} mutant(s) were not checked (an interrupted run): the score is partial.", ""]
+        lines += [f"{totals['not checked']} mutant(s) were not checked (an interrupted run): the score is over the "
+                  f"{changing} that were.", ""]
     lines += ["## Survivors left on purpose (equivalent mutants)", "",
               "Each changes the code but not what it does; `mutmut show NAME` prints the change.", ""]
     lines += [f"- `{m}`: {equivalent[m]}" for m in sorted(equivalent) if statuses.get(m) not in (None, "killed")]
