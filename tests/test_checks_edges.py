@@ -202,3 +202,19 @@ class Anything(float):
         return True
 
     __hash__ = float.__hash__
+
+
+def test_a_failed_rule_with_a_hint_and_answers_nested_too_deep() -> None:
+    with pytest.raises(AssertionError) as e:
+        checks.holds(1, lambda _: False, "speed-up <= GPUs", hint="rerun the smallest run")
+    assert str(e.value) == "speed-up <= GPUs does not hold: rerun the smallest run"
+    deep: list = [1.0]
+    for _ in range(checks.MAX_DEPTH + 1):
+        deep = [deep]
+    with pytest.raises(checks.NotPlain) as e:
+        checks.plain(deep)
+    assert str(e.value) == "nested too deep"
+    shallow: list = [1.0]
+    for _ in range(checks.MAX_DEPTH - 1):
+        shallow = [shallow]
+    assert checks.plain(shallow) == shallow

@@ -175,3 +175,9 @@ def test_the_estimate_commands_flags(capsys: pytest.CaptureFixture[str]) -> None
     assert memory.main(["--model", "tiny", "--sharding", "ddp", "--world-size", "2"]) == 0
     out = capsys.readouterr().out
     assert "  ddp_buckets           1.2 MB  (DDP's gradient buckets: the tracker cannot see them" in out   # 4P
+
+
+def test_estimate_config_reads_the_configs_model() -> None:
+    bd = memory.estimate_config({"model": "bloom-560m", "sharding": "full_shard", "nodes": 1, "procs_per_node": 4,
+                                 "precision": "bf16", "batch_size": 8, "max_length": 512})
+    assert bd.n_params == P and bd.peak == 23_037_399_040

@@ -152,3 +152,25 @@ def test_a_students_own_arguments_go_as_written(tmp_path) -> None:  # noqa: ANN0
     assert args["auto_wrap_policy"] == "NO_WRAP" and "transformer_layer_cls_to_wrap" not in args
     assert sharding.requested(own).auto_wrap_policy == "NO_WRAP"
     assert sharding.requested(RunConfig().validate()) is None
+
+
+def test_blocks_that_disagree_read_back_as_mixed(one_rank) -> None:  # noqa: ANN001
+    from torch.distributed.fsdp import fully_shard
+
+    model = tiny()
+    fully_shard(model.transformer.h[0], reshard_after_forward=True)
+    fully_shard(model.transformer.h[1], reshard_after_forward=False)
+    fully_shard(model)
+    info = sharding.describe_applied(model)
+    assert info["reshard_after_forward"] == "mixed" and info["sharding_applied"] == "shard_grad_op"
+
+
+def test_a_ddp_wrapper_on_one_rank_reads_back_as_none(one_rank) -> None:  # noqa: ANN001
+    """accelerate wraps even one torchrun process in DDP: one rank syncs nothing, so it is 'none'."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    model = tiny()
+    info = sharding.describe_applied(model, DistributedDataParallel(model))
+    assert (info["wrapper"], info["sharding_applied"], info["offload_applied"], info["wrapped_classes"]) == (
+        "DistributedDataParallel", "none", False, [])
+    assert info["reshard_after_forward"] is None and info["fsdp_unit_names"] == [] and info["blocks_wrapped"] == 0

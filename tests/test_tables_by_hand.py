@@ -122,3 +122,20 @@ def test_offload_is_what_the_summary_read_back_over_what_the_config_asked() -> N
     unknown = run("off", asked, sharding_applied="full_shard")          # an older summary without the field
     df = tables.strategies_table([not_applied, unknown], predicted_mem_mb=False)
     assert list(df["strategy"]) == ["full_shard", "full_shard+offload"]
+
+
+def test_scaling_from_logs_without_a_summary() -> None:
+    """The config (WORKSHOP_RUN_ARGS) and the train records (WORKSHOP_METRICS) fill what a summary would."""
+    text = (f"WORKSHOP_RUN_ARGS {json.dumps({'config': {**CONFIG, 'effective_grad_acc': 2, 'effective_global_batch': 8}})}\n"
+            'WORKSHOP_METRICS {"kind": "train", "step": 1, "loss": 6.0, "peak_mem_mb": 4.5}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 2, "loss": 5.0, "peak_mem_mb": 4.75}\n')
+    df = tables.build("scaling", [parse_text(text, "w2")])
+    assert list(df.columns) == ["nodes", "world_size", "batch_size", "grad_acc", "global_batch",
+                                "global_batch_measured", "steps", "samples_per_s", "peak_mem_mb_per_gpu",
+                                "predicted_mem_mb"]
+    row = df.loc["w2"]
+    assert (row["world_size"], row["batch_size"], row["grad_acc"], row["global_batch"]) == (2, 2, 2, 8)
+    assert row["peak_mem_mb_per_gpu"] == 4.75
+    # no run with a known world size and throughput: speed-up and efficiency are NaN, with nothing to divide by
+    none = tables.scaling_table([run("?", sharding_applied="full_shard")], predicted_mem_mb=False)
+    assert math.isnan(none.loc["?", "speedup"]) and math.isnan(none.loc["?", "efficiency"])

@@ -344,3 +344,47 @@ def test_saved_digest(tmp_path: Path) -> None:
     (job.folder / "run" / "digest.json").write_text("not json")
     assert verify.saved_digest(job.folder) is None
     assert verify.saved_digest(tmp_path / "nowhere") is None
+
+
+def test_exactly_five_seconds_before_submission_is_skew_not_another_job(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    job.replace_line("[job] start ", f"[job] start 2026-11-26T09:59:55+00:00 on node7 in {job.folder}")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_a_two_node_local_job_ran_on_its_simulated_nodes(tmp_path: Path) -> None:
+    job = make_job(tmp_path, nodes="local-node1,local-node2", host="node7")
+    both = dict(job.summary, hosts=["local-node1", "local-node2"])
+    sealed = digest(job.number, both, job.metrics, KEY)
+    (job.folder / "run" / "summary.json").write_text(json.dumps(both))
+    (job.folder / "run" / "digest.json").write_text(json.dumps(sealed))
+    job.replace_line("WORKSHOP_SUMMARY ", f"WORKSHOP_SUMMARY {json.dumps(both)}")
+    job.replace_line("WORKSHOP_DIGEST ", f"WORKSHOP_DIGEST {json.dumps(sealed)}")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_the_current_job_of_a_resubmitted_folder(tmp_path: Path) -> None:
+    """job.json names the folder's current job; without it, the newest log does."""
+    import os
+
+    job = make_job(tmp_path)
+    old = job.folder / "slurm-local-2.out"
+    old.write_text("[job] id 2 name baseline nodes 1: node7\n")
+    os.utime(old, (2_000_000_000, 2_000_000_000))              # the older job's log, touched later
+    (v,) = verify.job_folders(tmp_path)
+    assert v.job == "local-3"
+    (job.folder / "job.json").unlink()
+    os.utime(job.log, (2_100_000_000, 2_100_000_000))
+    (v,) = verify.job_folders(tmp_path)
+    assert (v.job, v.backend) == ("local-3", "local")
+
+
+def test_one_log_in_three_folders_names_the_other_two(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    for other in ("bob", "carol"):
+        shutil.copytree(tmp_path / "alice", tmp_path / other)
+    found = reasons(tmp_path)
+    name = job.folder.name
+    assert found["alice", "01_baseline"] == [
+        f"the same log (job local-3 (pid 4242 on node7, started at tick 91234)) is also in bob/01_baseline/jobs/{name}, "
+        f"carol/01_baseline/jobs/{name}"]
