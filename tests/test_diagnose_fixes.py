@@ -90,3 +90,30 @@ def test_a_task_exit_without_a_cause_points_at_stderr() -> None:
     (g,) = diagnose(parse_text("[workshop] step 1/10 | loss 5.0\n"))
     assert g.kind == "unfinished" and g.fix == ("check whether the job is still running (`workshop status`); if not, "
                                                 "read the end of its stderr file")
+
+
+def test_a_bandwidth_test_that_returned_wrong_values() -> None:
+    line = "# FAILED: all_reduce returned wrong values on 2 rank(s)"
+    (f,) = diagnose(parse_text(line + "\n"))
+    assert (f.kind, f.title, f.evidence) == ("bandwidth_gate", "all_reduce returned wrong values: the collective "
+                                             "itself is broken", ["all_reduce returned wrong values on 2 rank(s)"])
+    assert f.fix == "rerun on other nodes (#SBATCH --exclude) and send the log and node list to the cluster staff"
+
+
+def test_more_titles_and_facts() -> None:
+    (node,) = diagnose(LOGS / "slurm_node_failure.log")
+    assert node.title == "A node failed (hardware or network): Slurm ended the job"
+    (task,) = diagnose(parse_text("srun: error: n3: task 2: Exited with exit code 1\n"))
+    assert task.title == "A task exited with an error and the log says no more about why"
+    (limit,) = diagnose(parse_text("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-11-22T10:59:31 DUE TO "
+                                   "TIME LIMIT ***\n"))
+    assert limit.title == "Slurm stopped the job at its time limit"           # no step line: no step named
+    text = ("Traceback (most recent call last):\n  File \"b.py\", line 9, in f\n    1 / 0\n"
+            "ZeroDivisionError: division by zero\n")
+    (tb,) = diagnose(parse_text(text))
+    assert tb.facts == {"exception": "ZeroDivisionError", "message": "division by zero"}
+    (hub,) = diagnose(parse_text("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find the requested files\n"))
+    assert hub.kind == "hub_offline"
+    rdzv = "[c10d] The client socket has failed to connect to [n1]:29500 (errno: 111 - Connection refused)."
+    (three,) = diagnose(parse_text("\n".join([rdzv.replace("n1", f"n{i}") for i in (1, 2, 3)]) + "\n"))
+    assert len(three.evidence) == 3 and "[n3]" in three.evidence[-1]      # the first two and the last

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from workshop.results import memory
-from workshop.results.memory import MB, GiB, estimate
+from workshop.results.memory import MB, GiB, activation_bytes, estimate
 
 P = 559_214_592
 VH = 256_901_120
@@ -181,3 +181,18 @@ def test_estimate_config_reads_the_configs_model() -> None:
     bd = memory.estimate_config({"model": "bloom-560m", "sharding": "full_shard", "nodes": 1, "procs_per_node": 4,
                                  "precision": "bf16", "batch_size": 8, "max_length": 512})
     assert bd.n_params == P and bd.peak == 23_037_399_040
+
+
+def test_defaults_notes_and_the_offload_refusal() -> None:
+    assert estimate().n_params == P                                       # BLOOM-560M unless told
+    tiny = memory.get_arch("tiny")
+    # one process in bf16 (the default strategy "none"): autocast's bf16 weight copies 2·(V·h + 2·12h²)
+    assert activation_bytes(tiny, 2, 32, "bf16") - activation_bytes(tiny, 2, 32, "bf16", sharding="full_shard") \
+        == 2 * (98_304 + 2 * 12 * 96 * 96) == 638_976
+    off = estimate("tiny", "full_shard", 2, "fp32", 2, 32, offload=True)
+    # the tiny model's block (111,840) is larger than its embedding (98,304): the larger unit's fp32 gradient
+    assert off.unsharded_grads == 4 * 111_840
+    assert off.notes == ["offload: sharded params, grads and AdamW states live in host memory"]
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "ddp", 2, offload=True)
+    assert str(e.value) == "offload needs an FSDP strategy"
