@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from workshop.results import memory
-from workshop.results.memory import MB, GiB, activation_bytes, estimate
+from workshop.results.memory import MB, activation_bytes, estimate
 
 P = 559_214_592
 VH = 256_901_120
