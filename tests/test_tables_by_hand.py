@@ -107,7 +107,7 @@ def test_fsdp_table_from_the_trainers_own_figures_when_there_is_no_summary() -> 
 
 def test_the_baseline_from_trainer_records_alone() -> None:
     """No summary, no final dict: the last train record's loss, and EM/F1 from the summary when there is one."""
-    log = parse_text("{'loss': '6.5', 'epoch': '0.5'}\n{'loss': '5.25', 'epoch': '1.0'}\n"
+    log = parse_text("{'loss': '6.5', 'epoch': '0.5'}\n{'loss': '5.75', 'epoch': '1.0'}\n{'loss': '5.25', 'epoch': '1.5'}\n"
                      "{'eval_loss': '5.0', 'epoch': '1.0'}\n", "hf")
     row = tables.baseline_table([log], predicted_mem_mb=False).loc["hf"]
     assert row["final_train_loss"] == 5.25 and row["eval_loss_epoch1"] == 5.0
@@ -139,3 +139,11 @@ def test_scaling_from_logs_without_a_summary() -> None:
     # no run with a known world size and throughput: speed-up and efficiency are NaN, with nothing to divide by
     none = tables.scaling_table([run("?", sharding_applied="full_shard")], predicted_mem_mb=False)
     assert math.isnan(none.loc["?", "speedup"]) and math.isnan(none.loc["?", "efficiency"])
+
+
+def test_eval_losses_from_workshop_records_by_epoch() -> None:
+    """Without a summary or the Trainer's eval dicts: WORKSHOP_METRICS eval records, ordered by their epoch."""
+    text = ('WORKSHOP_METRICS {"kind": "eval", "step": 12, "epoch": 2.0, "eval_loss": 4.5}\n'
+            'WORKSHOP_METRICS {"kind": "eval", "step": 6, "epoch": 1.0, "eval_loss": 5.5}\n')
+    row = tables.baseline_table([parse_text(text, "m")], predicted_mem_mb=False).loc["m"]
+    assert (row["eval_loss_epoch1"], row["eval_loss_epoch2"]) == (5.5, 4.5)
