@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
@@ -82,10 +84,14 @@ class CommRecorder(TrainerCallback):
     its `on_step_end` closes the trace before other callbacks' collectives: the stop flag, the logs)."""
 
     def __init__(self, out_dir: str | Path, device: torch.device, counter: StepCounter, hosts: Sequence[str],
-                 rank: int, is_main: bool, enabled: bool = True, avoid_step: int | None = None) -> None:
+                 rank: int, is_main: bool, enabled: bool = True, avoid_step: int | None = None,
+                 record_step: int = RECORD_STEP, raw_dir: str | Path | None = None) -> None:
         self.out = Path(out_dir)
         self.device, self.counter, self.hosts, self.rank, self.is_main = device, counter, list(hosts), rank, is_main
-        self.enabled, self.avoid_step = enabled, avoid_step
+        self.enabled, self.avoid_step, self.record_step = enabled, avoid_step, record_step
+        # where the profiler's whole trace is written and read back: a fresh folder on the node's local
+        # disk by default (the run folder may be a shared file system; BLOOM-560M's is ~10 MB a rank)
+        self.raw_dir = Path(raw_dir) if raw_dir is not None else None
         self.step: int | None = None
         self.reason: str | None = None if enabled else "recording is off (comm_record=false)"
         self.result: list[dict[str, Any]] | None = None  # every rank's outcome, gathered
@@ -104,7 +110,7 @@ class CommRecorder(TrainerCallback):
         if self.enabled:
             # the tracker's own rule (TensorMemoryCallback.on_train_begin): its step, or the last one
             avoid = min(self.avoid_step, max(1, state.max_steps)) if self.avoid_step is not None else None
-            self.step = choose_step(state.global_step, state.max_steps, avoid)
+            self.step = choose_step(state.global_step, state.max_steps, avoid, self.record_step)
             if self.step is None:
                 self.reason = (f"the run has no optimizer step to record besides step {self.avoid_step}, which the "
                                "tensor-memory tracker measures (train for at least 2 steps)")
@@ -146,7 +152,8 @@ class CommRecorder(TrainerCallback):
                                  "records": None, "error": self._error}
         if self._profiler is None:
             return local, []
-        raw = self.out / f".comm_trace_rank{self.rank}.raw.json"
+        raw_dir = self.raw_dir or Path(tempfile.mkdtemp(prefix="workshop-comm-"))
+        raw = raw_dir / f"comm_trace_rank{self.rank}.raw.json"
         try:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
@@ -164,10 +171,13 @@ class CommRecorder(TrainerCallback):
             return local, []
         finally:
             self._profiler = None
-            try:
-                raw.unlink()
-            except OSError:
-                pass
+            for leftover in (raw, raw.with_name(raw.name + ".tmp")):  # Kineto writes .tmp, then renames it
+                try:
+                    leftover.unlink()
+                except OSError:
+                    pass
+            if self.raw_dir is None:
+                shutil.rmtree(raw_dir, ignore_errors=True)
 
     def _write_trace(self, per_rank_events: list[list[dict[str, Any]]]) -> None:
         """One file, every rank a process, time from the step's first event on any rank (the ranks'
@@ -177,7 +187,7 @@ class CommRecorder(TrainerCallback):
         merged = []
         for events in per_rank_events:
             for e in events:
-                merged.append({**e, "ts": round(e["ts"] - origin, 3)} if "ts" in e else e)
+                merged.append({**e, "ts": round(e["ts"] - origin, 3)} if e.get("ph") == "X" else e)
         doc = {"traceEvents": merged, "displayTimeUnit": "ms",
                "workshop": {"step": self.step, "origin_us": origin, "ranks": len(per_rank_events),
                             "hosts": self.hosts, "device": self.device.type}}

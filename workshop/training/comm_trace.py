@@ -414,14 +414,14 @@ def cut(trace: dict[str, Any], records: list[dict[str, Any]], rank: int, host: s
         elif name.startswith("aten::") and not _under_aten(i, parent, events):
             emit(e, name, "cpu_op", {"lane": cpu_lane})
     tids = sorted({(e["tid"]) for e in out})
-    meta = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": f"rank {rank} ({host})"}},
-            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}]
+    meta = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "ts": 0, "args": {"name": f"rank {rank} ({host})"}},
+            {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "ts": 0, "args": {"sort_index": rank}}]
     names = _thread_names(trace)
     for tid in tids:
         label = names.get(tid) or f"thread {tid}"
         if tid in worker_tids:
             label = f"collectives ({label})"
-        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": label}})
+        meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "ts": 0, "args": {"name": label}})
     return meta + out
 
 
