@@ -157,14 +157,21 @@ class CommRecorder(TrainerCallback):
         try:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            local["step_ms"] = round((time.perf_counter() - self._started) * 1000, 3)  # the step, profiled
+            marks = [time.perf_counter()]
+            local["step_ms"] = round((marks[0] - self._started) * 1000, 3)  # the step itself, profiled
             self._profiler.__exit__(None, None, None)
+            marks.append(time.perf_counter())
             self._profiler.export_chrome_trace(str(raw))
-            trace = comm_trace.load(raw)
-            records = comm_trace.collectives(trace, flight_entries(), self.hosts, self.rank)
-            events = comm_trace.cut(trace, records, self.rank, local["host"] or "?")
+            marks.append(time.perf_counter())
+            step = comm_trace.Step(comm_trace.load(raw))
+            records = comm_trace.collectives(step, flight_entries(), self.hosts, self.rank)
+            events = comm_trace.cut(step, records, self.rank, local["host"] or "?")
+            marks.append(time.perf_counter())
             local["records"] = [comm_trace.public(r) for r in records]
             local["raw_trace_bytes"] = raw.stat().st_size
+            # what reading the step cost after it: the profiler's stop, its export, our parse and cut
+            local["reading_ms"] = {name: round((b - a) * 1000, 1) for name, a, b in
+                                   zip(("stop", "export", "parse"), marks, marks[1:])}
             return local, events
         except Exception as e:  # noqa: BLE001
             local["error"] = f"{type(e).__name__}: {e}"
@@ -281,7 +288,7 @@ def summarize(per_rank: list[dict[str, Any]], hosts: Sequence[str], step: int | 
                                    if v["sent_bytes"]},
                  "collectives": len(r["records"]), "step_ms": r.get("step_ms"),
                  "collective_ms": round(sum(c["time_ms"] or 0 for c in r["records"]), 3),
-                 "raw_trace_bytes": r.get("raw_trace_bytes")}
+                 "raw_trace_bytes": r.get("raw_trace_bytes"), "reading_ms": r.get("reading_ms")}
         ranks.append(entry)
         node = nodes.setdefault(str(r.get("host")), {"ranks": [], "network_bytes": {}})
         node["ranks"].append(r["rank"])

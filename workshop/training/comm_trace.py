@@ -92,14 +92,34 @@ def spans(trace: dict[str, Any]) -> list[dict[str, Any]]:
 def parents(events: Sequence[dict[str, Any]]) -> list[int | None]:
     """Index of each event's innermost enclosing event on the same thread (None at the top)."""
     out: list[int | None] = [None] * len(events)
-    stacks: dict[Any, list[int]] = {}
+    stacks: dict[Any, list[tuple[float, int]]] = {}  # per thread: (end, index) of the open events
     for i, e in enumerate(events):
+        end = e["ts"] + e["dur"]
         stack = stacks.setdefault((e.get("pid"), e["tid"]), [])
-        while stack and events[stack[-1]]["ts"] + events[stack[-1]]["dur"] < e["ts"] + e["dur"] - 1e-3:
+        while stack and stack[-1][0] < end - 1e-3:
             stack.pop()
-        out[i] = stack[-1] if stack else None
-        stack.append(i)
+        if stack:
+            out[i] = stack[-1][1]
+        stack.append((end, i))
     return out
+
+
+class Step:
+    """A profiler trace read once: its thread events in time order, each one's enclosing event and children."""
+
+    def __init__(self, trace: dict[str, Any]) -> None:
+        self.trace = trace
+        self.events = spans(trace)
+        self.parent = parents(self.events)
+        self.base = base_ns(trace)
+        self.children: dict[int, list[int]] = {}
+        for i, p in enumerate(self.parent):
+            if p is not None:
+                self.children.setdefault(p, []).append(i)
+
+
+def as_step(trace: dict[str, Any] | Step) -> Step:
+    return trace if isinstance(trace, Step) else Step(trace)
 
 
 def base_ns(trace: dict[str, Any]) -> int:
@@ -161,14 +181,14 @@ def parse_ranks(text: Any, args: dict[str, Any]) -> list[int] | None:
 # ---------------------------------------------------------------------------------------- collectives
 
 
-def collectives(trace: dict[str, Any], flight: list[dict[str, Any]] | None, hosts: Sequence[str],
+def collectives(trace: dict[str, Any] | Step, flight: list[dict[str, Any]] | None, hosts: Sequence[str],
                 rank: int) -> list[dict[str, Any]]:
     """Every collective this rank called in the profiled span, in order, as records (module docstring).
 
     `flight` is the flight recorder's entries (`_dump_fr_trace_json`'s "entries"); `hosts[r]` is rank r's
     node. Raises TraceError when a collective cannot be named, sized or placed in a group."""
-    events = spans(trace)
-    parent = parents(events)
+    step = as_step(trace)
+    trace, events, parent, children = step.trace, step.events, step.parent, step.children
     calls = [i for i, e in enumerate(events) if e["name"].startswith("c10d::")]
     calls = [i for i in calls if not _inside_call(i, parent, events)]
     unknown = sorted({events[i]["name"] for i in calls if events[i]["name"] not in KINDS} - NOT_COLLECTIVES)
@@ -176,7 +196,6 @@ def collectives(trace: dict[str, Any], flight: list[dict[str, Any]] | None, host
         raise TraceError(f"the trace holds collectives of unknown kind {', '.join(unknown)}: their bytes cannot "
                          "be counted (add them to workshop.training.comm_trace.KINDS)")
     calls = [i for i in calls if events[i]["name"] in KINDS]
-    children = _children(parent)
     groups = group_table(trace)
     window = window_ns(trace)
     entries = _flight_in_window(flight, window)
@@ -187,7 +206,7 @@ def collectives(trace: dict[str, Any], flight: list[dict[str, Any]] | None, host
         comms = _first_named(events, children, i, "record_param_comms")
         records.append(_record(n, op, kind, comms, _context(i, parent, events)) | {"_call": i})
     _place_groups(records, entries, groups, hosts, rank)
-    _time_on_backend(records, calls, events, children, base_ns(trace))
+    _time_on_backend(records, calls, events, children, step.base)
     return records
 
 
@@ -199,14 +218,6 @@ def _inside_call(i: int, parent: list[int | None], events: Sequence[dict[str, An
             return True
         p = parent[p]
     return False
-
-
-def _children(parent: list[int | None]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for i, p in enumerate(parent):
-        if p is not None:
-            out.setdefault(p, []).append(i)
-    return out
 
 
 def _descendants(children: dict[int, list[int]], i: int) -> Iterable[int]:
@@ -374,7 +385,7 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
 TIMELINE_CATEGORIES = ("user_annotation", "kernel", "gpu_memcpy", "gpu_memset")
 
 
-def cut(trace: dict[str, Any], records: list[dict[str, Any]], rank: int, host: str) -> list[dict[str, Any]]:
+def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, host: str) -> list[dict[str, Any]]:
     """The events a one-step timeline needs, this rank's process as `pid` = rank and wall-clock
     microseconds as `ts` (the merged file shifts them to the step's start):
     - on the CPU threads that run the step: annotations (FSDP's units, the optimizer step), the c10d
@@ -383,14 +394,18 @@ def cut(trace: dict[str, Any], records: list[dict[str, Any]], rank: int, host: s
     - on a GPU: every kernel and copy on its stream ("compute", or the collective it runs).
     The profiler's per-operator shapes, strides and flows are left out: they made the whole trace of a
     tiny model's step 1.1 MB per rank and BLOOM-560M's ten times that."""
-    events = spans(trace)
-    parent = parents(events)
-    base = base_ns(trace)
+    step = as_step(trace)
+    trace, events, parent, base = step.trace, step.events, step.parent, step.base
     by_call = {r["_call"]: r for r in records}
     exec_of = {r["_exec"]: r for r in records if r.get("_exec") is not None}
     worker_tids = {e["tid"] for e in events if e["name"].startswith(GLOO_PREFIX)}
     # on a GPU the kernels are the compute, and the CPU's operators only launch them
     cpu_lane = "host" if any(e.get("cat") == "kernel" for e in events) else "compute"
+    # an event lies under an aten:: operator when its parent is one or lies under one (parents come first)
+    under_aten = [False] * len(events)
+    for i, p in enumerate(parent):
+        if p is not None:
+            under_aten[i] = under_aten[p] or events[p]["name"].startswith("aten::")
     out: list[dict[str, Any]] = []
 
     def emit(e: dict[str, Any], name: str, cat: str, args: dict[str, Any]) -> None:
@@ -411,7 +426,7 @@ def cut(trace: dict[str, Any], records: list[dict[str, Any]], rank: int, host: s
             emit(e, name, cat, {"lane": "annotation"})
         elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
             emit(e, name, cat, {"lane": "compute", "stream": (e.get("args") or {}).get("stream")})
-        elif name.startswith("aten::") and not _under_aten(i, parent, events):
+        elif name.startswith("aten::") and not under_aten[i]:
             emit(e, name, "cpu_op", {"lane": cpu_lane})
     tids = sorted({(e["tid"]) for e in out})
     meta = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "ts": 0, "args": {"name": f"rank {rank} ({host})"}},
@@ -423,15 +438,6 @@ def cut(trace: dict[str, Any], records: list[dict[str, Any]], rank: int, host: s
             label = f"collectives ({label})"
         meta.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "ts": 0, "args": {"name": label}})
     return meta + out
-
-
-def _under_aten(i: int, parent: list[int | None], events: Sequence[dict[str, Any]]) -> bool:
-    p = parent[i]
-    while p is not None:
-        if events[p]["name"].startswith("aten::"):
-            return True
-        p = parent[p]
-    return False
 
 
 def _thread_names(trace: dict[str, Any]) -> dict[Any, str]:
