@@ -37,13 +37,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-STRATEGIES = {
-    "ddp": ["--sharding", "ddp"],
-    "full_shard": ["--sharding", "full_shard"],
-    "shard_grad_op": ["--sharding", "shard_grad_op"],
-    "offload": ["--sharding", "full_shard", "--offload"],
-    "activation_checkpointing": ["--sharding", "full_shard", "--activation-checkpointing"],
-}
+from tensor_memory_overhead import STRATEGIES  # noqa: E402  (notebook 03's five runs, beside this file)
+
 BLOOM = ["--model", "bloom-560m-random", "--sharding", "full_shard", "--max-steps", "3", "--max-length", "64",
          "--batch-size", "1", "--train-size", "8", "--eval-size", "2", "--learning-rate", "5e-5"]
 

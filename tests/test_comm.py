@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -315,7 +314,7 @@ def test_lab_comm_table_and_plots(probe: Path, tmp_path: Path, monkeypatch: pyte
 
 @probe_test
 def test_timeline_reads_compute_and_each_collective_per_rank(probe: Path) -> None:
-    from workshop.results.comm_timeline import read_timeline, trace_path
+    from workshop.results.comm_timeline import _merge, read_timeline, trace_path
 
     t = read_timeline(probe / "ok")
     assert t.step == 3 and t.device == "cpu" and [lane.rank for lane in t.lanes] == [0, 1]
@@ -328,16 +327,6 @@ def test_timeline_reads_compute_and_each_collective_per_rank(probe: Path) -> Non
     assert trace_path(probe / "ok" / "comm_trace.json") == probe / "ok" / "comm_trace.json"
     with pytest.raises(FileNotFoundError, match="recorded no step trace"):
         trace_path(probe / "blocked")
-
-
-def _merge(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for s, e in sorted(spans):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
 
 
 @probe_test

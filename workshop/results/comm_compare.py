@@ -30,11 +30,21 @@ def _status(comm: Mapping[str, Any] | None) -> str:
     return "measured"
 
 
-def _runs(runs: Sequence[Any], names: Sequence[str] | None) -> list[tuple[str, Any]]:
+def _read(runs: Sequence[Any], names: Sequence[str] | None,
+          notes: list[str]) -> list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any] | None, str]]:
+    """(name, summary, config, comm, status) per run; a note for each run that measured nothing."""
     logs = [load(r) for r in runs]
     if names is not None and len(names) != len(logs):
         raise ValueError(f"{len(names)} names for {len(logs)} runs")
-    return [(names[i] if names is not None else log.label, log) for i, log in enumerate(logs)]
+    out = []
+    for i, log in enumerate(logs):
+        name = names[i] if names is not None else log.label
+        summary = log.summary or {}
+        status = _status(summary.get("comm"))
+        if status != "measured":
+            notes.append(f"{name}: {status}")
+        out.append((name, summary, log.config or {}, summary.get("comm"), status))
+    return out
 
 
 def _own(predicted: Mapping[str, Any] | None, name: str, kind: str) -> float:
@@ -62,13 +72,9 @@ def comm_table(runs: Sequence[Any], names: Sequence[str] | None = None,
     sent_bytes | calls | time_ms (time: measured only)."""
     if measure not in MEASURES:
         raise ValueError(f"unknown measure {measure!r}; use one of {', '.join(MEASURES)}")
-    rows, notes = [], []
-    for name, log in _runs(runs, names):
-        summary, config = log.summary or {}, log.config or {}
-        comm = summary.get("comm")
-        status = _status(comm)
-        if status != "measured":
-            notes.append(f"{name}: {status}")
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for name, summary, config, comm, status in _read(runs, names, notes):
         model: dict[str, dict[str, float]] = {}
         if config or summary:
             try:
@@ -110,13 +116,9 @@ def network_table(runs: Sequence[Any], names: Sequence[str] | None = None, by: s
     "not measured" status where the run measured nothing."""
     if by not in ("rank", "node"):
         raise ValueError("by must be 'rank' or 'node'")
-    rows, notes = [], []
-    for name, log in _runs(runs, names):
-        summary, config = log.summary or {}, log.config or {}
-        comm = summary.get("comm")
-        status = _status(comm)
-        if status != "measured":
-            notes.append(f"{name}: {status}")
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for name, summary, config, comm, status in _read(runs, names, notes):
         pred = predict_config(config, summary)
         hosts = summary.get("hosts") or []
         model_ranks = pred.per_rank()

@@ -44,8 +44,6 @@ KINDS = {
     "c10d::send": "send", "c10d::recv_": "recv", "c10d::recv_any_source_": "recv",
     "c10d::barrier": "barrier", "c10d::monitored_barrier_": "barrier",
 }
-# c10d operators that move no data of their own
-NOT_COLLECTIVES = frozenset()
 # (argument index of the output, of the input); in-place operators read and write the same tensors
 OPERANDS = {"all_gather": (0, 1), "reduce_scatter": (0, 1), "all_to_all": (0, 1), "gather": (0, 1),
             "scatter": (0, 1), "all_reduce": (0, 0), "broadcast": (0, 0), "reduce": (0, 0),
@@ -191,11 +189,10 @@ def collectives(trace: dict[str, Any] | Step, flight: list[dict[str, Any]] | Non
     trace, events, parent, children = step.trace, step.events, step.parent, step.children
     calls = [i for i, e in enumerate(events) if e["name"].startswith("c10d::")]
     calls = [i for i in calls if not _inside_call(i, parent, events)]
-    unknown = sorted({events[i]["name"] for i in calls if events[i]["name"] not in KINDS} - NOT_COLLECTIVES)
+    unknown = sorted({events[i]["name"] for i in calls if events[i]["name"] not in KINDS})
     if unknown:
         raise TraceError(f"the trace holds collectives of unknown kind {', '.join(unknown)}: their bytes cannot "
                          "be counted (add them to workshop.training.comm_trace.KINDS)")
-    calls = [i for i in calls if events[i]["name"] in KINDS]
     groups = group_table(trace)
     window = window_ns(trace)
     entries = _flight_in_window(flight, window)
