@@ -204,15 +204,17 @@ def _rank_step(arch: Arch, sharding: str, world: int, precision: str, grad_acc: 
     reduce_bytes = compute  # accelerate's MixedPrecisionPolicy reduces in the compute dtype
     the_units = units(arch, sharding, wrapping)
     out: list[Collective] = []
-    for micro in range(grad_acc):
+    sharded = shard > 1  # FSDP2 calls no all-gather or reduce-scatter on a one-rank shard group
+    for micro in range(grad_acc if sharded else 0):
         out += [Collective("all_gather", u.padded(shard), compute, shard_group, u.name) for u in the_units]
         out += [Collective("all_gather", u.padded(shard), compute, shard_group, u.name)
                 for u in reversed(the_units) if u.regathered]
     for u in reversed(the_units):
-        out.append(Collective("reduce_scatter", u.padded(shard), reduce_bytes, shard_group, u.name))
+        if sharded:
+            out.append(Collective("reduce_scatter", u.padded(shard), reduce_bytes, shard_group, u.name))
         if replicas > 1:
             out.append(Collective("all_reduce", u.padded(shard) // shard, reduce_bytes, replica_group, u.name))
-    if clip:
+    if clip and sharded:  # the norms of DTensor gradients on a one-rank mesh need no collective
         tensors = sum(len(u.shapes) for u in the_units)
         out.append(Collective("all_reduce", tensors, 4, shard_group, "gradient norms (clipping)"))
     return out
