@@ -416,7 +416,8 @@ def test_two_nodes_count_what_crosses_per_node_and_per_rank(runs: RunCache) -> N
 def test_the_recorded_step_leaves_the_throughput_window_and_costs_little(runs: RunCache) -> None:
     """A course run (12 steps, 2 ranks): step 3 was recorded, the window leaves it out, the trace is
     small, and the recorded step's extra time is a small share of the run (a bound that catches a
-    recorder grown several times dearer; benchmarks/comm_overhead.py measures it on a quiet machine)."""
+    recorder grown several times dearer: it was 4-6 % of these runs on 2 loaded cores;
+    benchmarks/comm_overhead.py measures it on a quiet machine)."""
     run = runs.get("--sharding", "full_shard", nproc=2)
     s = run.summary
     assert s["comm"]["step"] == 3 and s["throughput_window"]["left_out_steps"] == [3]
@@ -426,11 +427,7 @@ def test_the_recorded_step_leaves_the_throughput_window_and_costs_little(runs: R
     assert s["comm"]["trace"] == "comm_trace.json" and trace.stat().st_size < 2 * 2**20
     check_trace_format(json.loads(trace.read_text()))
     assert 0 <= s["comm"]["overhead_pct"] <= 25
-    records = [json.loads(line) for line in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
-    trains = [r for r in records if r["kind"] == "train" and not r["warmup"]]
-    kept = sum(r["samples_per_s"] * r["step_time_s"] for r in trains if r["step"] != 3)
-    assert s["train_samples_per_s"] * sum(r["step_time_s"] for r in trains if r["step"] != 3) == \
-        pytest.approx(kept, rel=0.05)
+    # the throughput arithmetic without the left-out step: tests/test_training.py's window test
 
 
 @pytest.mark.slow
