@@ -1,7 +1,7 @@
 """What recording one step's collectives costs a training run (issue 27), and how large its trace is.
 
     .venv/bin/python benchmarks/comm_overhead.py                 # notebook 03's strategies, tiny model
-    .venv/bin/python benchmarks/comm_overhead.py --bloom         # and one BLOOM-560M-shaped run (CPU, ~12 GB)
+    .venv/bin/python benchmarks/comm_overhead.py --deep          # and a 24-block model: BLOOM-560M's trace size
 
 Why a benchmark and not a test: the figures are differences of times, and a timed test on a shared CI
 machine measures its neighbours. This runs alone, on a quiet machine, and keeps what it measured.
@@ -16,8 +16,10 @@ optimizer steps of the tiny model (tests/runs.py's flags), twice: recording (the
 - the summary's throughput with and without recording (the recorded step is out of its window, so
   they should agree within the machine's noise);
 - the trace: the profiler's whole trace per rank and the cut `comm_trace.json` per rank.
-`--bloom` adds one BLOOM-560M-shaped run (random weights, 2 ranks, full_shard, 3 steps of 64 tokens),
-for the size of a real model's trace. Writes `benchmarks/cpu/comm_overhead-DATE.json`.
+`--deep` adds one run of a BLOOM with BLOOM-560M's 24 blocks and the tiny model's width (2 ranks,
+full_shard, 4 steps): a step runs BLOOM-560M's operators and collectives, one by one, so its trace has
+BLOOM-560M's size on a CPU (BLOOM-560M itself needs more memory than a 2-core CI machine has: its two
+ranks took all 19 GB this 23 GB machine had free, in the tensor-memory tracker's step, and were stopped). Writes `benchmarks/cpu/comm_overhead-DATE.json`.
 """
 
 from __future__ import annotations
@@ -39,8 +41,22 @@ sys.path.insert(0, str(REPO))
 
 from tensor_memory_overhead import STRATEGIES  # noqa: E402  (notebook 03's five runs, beside this file)
 
-BLOOM = ["--model", "bloom-560m-random", "--sharding", "full_shard", "--max-steps", "3", "--max-length", "64",
-         "--batch-size", "1", "--train-size", "8", "--eval-size", "2", "--learning-rate", "5e-5"]
+DEEP = ["--sharding", "full_shard", "--max-steps", "4"]
+
+
+def deep_model(folder: Path) -> Path:
+    """A saved BLOOM with BLOOM-560M's depth (24 blocks) and the tiny model's width, and its tokenizer:
+    a `model` path the training script loads like any local model."""
+    from transformers import BloomForCausalLM
+
+    from workshop.training.models import BLOOM_560M, TINY, bloom_config
+    from workshop.training.tokenizer import load_offline_tokenizer
+
+    tok = load_offline_tokenizer()
+    model = BloomForCausalLM(bloom_config({**TINY, "n_layer": BLOOM_560M["n_layer"]}, tok))
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
 
 
 def one(out: Path, flags: list[str]) -> dict[str, Any]:
@@ -69,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "cpu")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--bloom", action="store_true", help="also one BLOOM-560M-shaped run (trace size)")
+    p.add_argument("--deep", action="store_true", help="also a 24-block model: BLOOM-560M's trace size")
     args = p.parse_args(argv)
 
     from importlib.metadata import version
@@ -83,9 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                     row = one(Path(tmp) / f"{name}-{mode}-{rep}", [*flags, *extra])
                     runs.setdefault(name, {}).setdefault(mode, []).append(row)
                     print(f"{name:26s} {mode:9s} {json.dumps(row)}", flush=True)
-        bloom = one(Path(tmp) / "bloom", BLOOM) if args.bloom else None
-        if bloom:
-            print(f"bloom-560m-random full_shard x2: {json.dumps(bloom)}", flush=True)
+        deep = None
+        if args.deep:
+            folder = deep_model(Path(tmp) / "deep-model")
+            deep = one(Path(tmp) / "deep", ["--model", str(folder), *DEEP])
+            print(f"24 blocks, full_shard x2: {json.dumps(deep)}", flush=True)
 
     def med(rows: list[dict[str, Any]], key: str) -> float | None:
         values = [r[key] for r in rows if r.get(key) is not None]
@@ -108,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "load_1min_before": round(load, 2), "python": platform.python_version(),
                     "platform": platform.platform()},
         "versions": {name: version(name) for name in ("torch", "transformers", "accelerate")},
-        "repeats": args.repeats, "strategies": table, "runs": runs, "bloom_560m_full_shard_x2": bloom,
+        "repeats": args.repeats, "strategies": table, "runs": runs,
+        "deep_24_blocks_full_shard_x2": deep,
     }
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"comm_overhead-{result['date'][:10]}.json"
