@@ -12,7 +12,7 @@ optimizer steps of the tiny model (tests/runs.py's flags), twice: recording (the
 - the job's wall time (torchrun start to exit): recording against not, the whole cost to a job
   (the profiled step, reading its trace, gathering it, the flight recorder on every collective);
 - `comm.overhead_pct`: the recorded step's extra time over the median other step, as a share of the
-  training time, and `reading_ms` (profiler stop, export, parse and cut, on the slowest rank);
+  training time, and `reading_ms` (the profiler's stop, reading its events, parse and cut, slowest rank);
 - the summary's throughput with and without recording (the recorded step is out of its window, so
   they should agree within the machine's noise);
 - the trace: the profiler's whole trace per rank and the cut `comm_trace.json` per rank.
@@ -76,7 +76,7 @@ def one(out: Path, flags: list[str]) -> dict[str, Any]:
         row.update(overhead_pct=comm["overhead_pct"],
                    recorded_step_ms=max(r["step_ms"] for r in ranks),
                    reading_ms=max(sum(r["reading_ms"].values()) for r in ranks),
-                   raw_trace_mb_per_rank=round(max(r["raw_trace_bytes"] for r in ranks) / 2**20, 3),
+                   profiled_events=max(r["profiled_events"] for r in ranks),
                    trace_mb_per_rank=round(trace.stat().st_size / len(ranks) / 2**20, 3))
     return row
 
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             "extra_job_s": round(med(on, "job_wall_s") - med(off, "job_wall_s"), 2),
             "train_samples_per_s": {"recording": med(on, "train_samples_per_s"), "off": med(off, "train_samples_per_s")},
             "overhead_pct": med(on, "overhead_pct"), "recorded_step_ms": med(on, "recorded_step_ms"),
-            "reading_ms": med(on, "reading_ms"), "raw_trace_mb_per_rank": med(on, "raw_trace_mb_per_rank"),
+            "reading_ms": med(on, "reading_ms"), "profiled_events": med(on, "profiled_events"),
             "trace_mb_per_rank": med(on, "trace_mb_per_rank")}
     result = {
         "what": "what recording one step's collectives costs notebook 03's runs (2 ranks, 12 steps, tiny model): "
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(result, indent=2) + "\n")
     for name, row in table.items():
         print(f"{name:26s} +{row['extra_job_s']} s a job ({row['job_wall_s']}), recorded step +{row['overhead_pct']} % "
-              f"of training, trace {row['trace_mb_per_rank']} MB a rank (profiler's: {row['raw_trace_mb_per_rank']} MB)")
+              f"of training, trace {row['trace_mb_per_rank']} MB a rank (of {row['profiled_events']} profiled events)")
     print(f"written to {path}")
     return 0
 

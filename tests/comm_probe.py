@@ -3,10 +3,11 @@
 Two Linear units sharded with fully_shard, six optimizer steps of a plain loop that calls the course's
 CommRecorder the way the Trainer does (on_train_begin, on_step_begin, on_step_end):
 - `ok/`: a recorder on step 3, as a run has one;
-- `blocked/`: a recorder on step 5 whose rank-0 raw trace path is a folder, so exporting the profiler's
-  trace fails there (the "trace cannot be taken" case); the loop must train on to step 6;
-- `raw/`: the profiler's own trace of step 4 and the flight recorder's entries, per rank, for the
-  parser's tests (workshop.training.comm_trace), as PyTorch wrote them.
+- `blocked/`: a recorder on step 4, inside which the job starts a profiler of its own (as a student
+  profiling their run would): PyTorch's profilers do not nest, the inner one takes the events, and the
+  recorder's trace of the step is empty (the "trace cannot be taken" case); the loop trains on to step 6;
+- `raw/`: that inner profiler's trace of step 4, exported, and the flight recorder's entries, per rank,
+  for the parser's tests (workshop.training.comm_trace), as PyTorch wrote them.
 Each rank writes `done-<rank>.json` with the steps it trained and both recorders' `comm`.
 """
 
@@ -42,15 +43,8 @@ def main(out: Path) -> None:
     hosts = ["probe-node"] * dist.get_world_size()
     for name in ("ok", "blocked", "raw"):
         (out / name).mkdir(parents=True, exist_ok=True)
-    blocked_raw = out / "blocked" / "raw"
-    blocked_raw.mkdir(exist_ok=True)
-    if rank == 0:  # where rank 0's recorder exports its raw trace: a folder that is not empty, so the export fails
-        (blocked_raw / "comm_trace_rank0.raw.json").mkdir(exist_ok=True)
-        (blocked_raw / "comm_trace_rank0.raw.json" / "keep").write_text("in the way")
-    dist.barrier()
     ok = CommRecorder(out / "ok", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, avoid_step=2)
-    blocked = CommRecorder(out / "blocked", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, record_step=5,
-                           raw_dir=blocked_raw)
+    blocked = CommRecorder(out / "blocked", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, record_step=4)
     state = TrainerState()
     state.max_steps, state.global_step = STEPS, 0
     ok.on_train_begin(None, state, None)

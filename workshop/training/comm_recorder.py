@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, MutableMapping, Sequence
@@ -85,13 +83,10 @@ class CommRecorder(TrainerCallback):
 
     def __init__(self, out_dir: str | Path, device: torch.device, counter: StepCounter, hosts: Sequence[str],
                  rank: int, is_main: bool, enabled: bool = True, avoid_step: int | None = None,
-                 record_step: int = RECORD_STEP, raw_dir: str | Path | None = None) -> None:
+                 record_step: int = RECORD_STEP) -> None:
         self.out = Path(out_dir)
         self.device, self.counter, self.hosts, self.rank, self.is_main = device, counter, list(hosts), rank, is_main
         self.enabled, self.avoid_step, self.record_step = enabled, avoid_step, record_step
-        # where the profiler's whole trace is written and read back: a fresh folder on the node's local
-        # disk by default (the run folder may be a shared file system; BLOOM-560M's is ~10 MB a rank)
-        self.raw_dir = Path(raw_dir) if raw_dir is not None else None
         self.step: int | None = None
         self.reason: str | None = None if enabled else "recording is off (comm_record=false)"
         self.result: list[dict[str, Any]] | None = None  # every rank's outcome, gathered
@@ -152,39 +147,31 @@ class CommRecorder(TrainerCallback):
                                  "records": None, "error": self._error}
         if self._profiler is None:
             return local, []
-        raw_dir = self.raw_dir or Path(tempfile.mkdtemp(prefix="workshop-comm-"))
-        raw = raw_dir / f"comm_trace_rank{self.rank}.raw.json"
         try:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             marks = [time.perf_counter()]
             local["step_ms"] = round((marks[0] - self._started) * 1000, 3)  # the step itself, profiled
             self._profiler.__exit__(None, None, None)
+            end_ns = time.time_ns()
             marks.append(time.perf_counter())
-            self._profiler.export_chrome_trace(str(raw))
+            trace = comm_trace.from_profiler(self._profiler, end_ns)
             marks.append(time.perf_counter())
-            step = comm_trace.Step(comm_trace.load(raw))
+            step = comm_trace.Step(trace)
             records = comm_trace.collectives(step, flight_entries(), self.hosts, self.rank)
             events = comm_trace.cut(step, records, self.rank, local["host"] or "?")
             marks.append(time.perf_counter())
             local["records"] = [comm_trace.public(r) for r in records]
-            local["raw_trace_bytes"] = raw.stat().st_size
-            # what reading the step cost after it: the profiler's stop, its export, our parse and cut
+            local["profiled_events"] = len(step.events)
+            # what reading the step cost after it: the profiler's stop, its events, our parse and cut
             local["reading_ms"] = {name: round((b - a) * 1000, 1) for name, a, b in
-                                   zip(("stop", "export", "parse"), marks, marks[1:])}
+                                   zip(("stop", "events", "parse"), marks, marks[1:])}
             return local, events
         except Exception as e:  # noqa: BLE001
             local["error"] = f"{type(e).__name__}: {e}"
             return local, []
         finally:
             self._profiler = None
-            for leftover in (raw, raw.with_name(raw.name + ".tmp")):  # Kineto writes .tmp, then renames it
-                try:
-                    leftover.unlink()
-                except OSError:
-                    pass
-            if self.raw_dir is None:
-                shutil.rmtree(raw_dir, ignore_errors=True)
 
     def _write_trace(self, per_rank_events: list[list[dict[str, Any]]]) -> None:
         """One file, every rank a process, time from the step's first event on any rank (the ranks'
@@ -216,7 +203,11 @@ class CommRecorder(TrainerCallback):
             return not_measured(reason, self.step)
         failed = [r for r in self.result if r.get("records") is None]
         if failed:
-            why = "; ".join(f"rank {r['rank']}: {r.get('error') or 'no trace'}" for r in failed)
+            by_error: dict[str, list[str]] = {}
+            for r in failed:
+                by_error.setdefault(r.get("error") or "no trace", []).append(str(r["rank"]))
+            why = "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}: {error}"
+                            for error, ranks in by_error.items())
             return not_measured(f"the step's trace could not be read ({why})", self.step,
                                 per_rank_errors={r["rank"]: r.get("error") for r in failed})
         out = summarize(self.result, self.hosts, self.step, backend_name())
@@ -288,7 +279,7 @@ def summarize(per_rank: list[dict[str, Any]], hosts: Sequence[str], step: int | 
                                    if v["sent_bytes"]},
                  "collectives": len(r["records"]), "step_ms": r.get("step_ms"),
                  "collective_ms": round(sum(c["time_ms"] or 0 for c in r["records"]), 3),
-                 "raw_trace_bytes": r.get("raw_trace_bytes"), "reading_ms": r.get("reading_ms")}
+                 "profiled_events": r.get("profiled_events"), "reading_ms": r.get("reading_ms")}
         ranks.append(entry)
         node = nodes.setdefault(str(r.get("host")), {"ranks": [], "network_bytes": {}})
         node["ranks"].append(r["rank"])
