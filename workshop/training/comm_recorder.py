@@ -176,14 +176,9 @@ class CommRecorder(TrainerCallback):
     def _write_trace(self, per_rank_events: list[list[dict[str, Any]]]) -> None:
         """One file, every rank a process, time from the step's first event on any rank (the ranks'
         clocks are the nodes' wall clocks: across nodes, as close as the nodes' clock sync)."""
-        starts = [e["ts"] for events in per_rank_events for e in events if e.get("ph") == "X"]
-        origin = min(starts) if starts else 0.0
-        merged = []
-        for events in per_rank_events:
-            for e in events:
-                merged.append({**e, "ts": round(e["ts"] - origin, 3)} if e.get("ph") == "X" else e)
+        merged, origin = comm_trace.merge(per_rank_events)
         doc = {"traceEvents": merged, "displayTimeUnit": "ms",
-               "workshop": {"step": self.step, "origin_us": origin, "ranks": len(per_rank_events),
+               "workshop": {"step": self.step, "origin_ns": origin, "ranks": len(per_rank_events),
                             "hosts": self.hosts, "device": self.device.type}}
         path = self.out / TRACE_FILE
         try:

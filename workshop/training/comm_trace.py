@@ -101,9 +101,11 @@ def from_profiler(profiler: Any, end_ns: int) -> dict[str, Any]:
         raise TraceError("the profiler holds no results for the step (it did not run)")
     events: list[dict[str, Any]] = []
     cpu = DeviceType.CPU
+    base = results.trace_start_ns()  # `ts` counts from here, as in an exported trace: microseconds since
+    # 1970 as floats would keep only a quarter of a microsecond, and nested events would seem to cross
     for e in results.events():  # as few calls per event as the parser needs: ~40,000 events for BLOOM-560M
         name = e.name()
-        event = {"ph": "X", "cat": e.activity_type(), "name": name, "ts": e.start_ns() / 1000,
+        event = {"ph": "X", "cat": e.activity_type(), "name": name, "ts": (e.start_ns() - base) / 1000,
                  "dur": e.duration_ns() / 1000}
         if e.device_type() != cpu:
             device, stream = e.device_index(), e.device_resource_id()
@@ -120,15 +122,14 @@ def from_profiler(profiler: Any, end_ns: int) -> dict[str, Any]:
     if not events:
         raise TraceError("the profiler recorded no event in the step (was another profiler running in this "
                          "process? PyTorch's profilers do not nest: the inner one takes the events)")
-    start = results.trace_start_ns()
     events.append({"ph": "X", "cat": "Trace", "name": "PyTorch Profiler", "pid": "Spans", "tid": "Trace",
-                   "ts": start / 1000, "dur": max(0, end_ns - start) / 1000})
+                   "ts": 0.0, "dur": max(0, end_ns - base) / 1000})
     info: dict[str, Any] = {}
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         info = {"backend": dist.get_backend(), "pg_config": dist.distributed_c10d._get_all_pg_configs()}
-    return {"traceEvents": events, "distributedInfo": info, "baseTimeNanoseconds": 0}
+    return {"traceEvents": events, "distributedInfo": info, "baseTimeNanoseconds": base}
 
 
 def spans(trace: dict[str, Any]) -> list[dict[str, Any]]:
@@ -442,8 +443,8 @@ TIMELINE_CATEGORIES = ("user_annotation", "kernel", "gpu_memcpy", "gpu_memset")
 
 
 def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, host: str) -> list[dict[str, Any]]:
-    """The events a one-step timeline needs, this rank's process as `pid` = rank and wall-clock
-    microseconds as `ts` (the merged file shifts them to the step's start):
+    """The events a one-step timeline needs, this rank's process as `pid` = rank and the wall-clock
+    nanoseconds of their start as `ts_ns` (`merge` turns them into the trace's `ts`):
     - on the CPU threads that run the step: annotations (FSDP's units, the optimizer step), the c10d
       calls (args: the collective's record), and the outermost `aten::` operators ("compute");
     - the collectives' spans on the backend (gloo's worker threads, NCCL's stream), named by kind;
@@ -466,7 +467,7 @@ def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, 
 
     def emit(e: dict[str, Any], name: str, cat: str, args: dict[str, Any]) -> None:
         out.append({"ph": "X", "name": name, "cat": cat, "pid": rank, "tid": e["tid"],
-                    "ts": round((base + e["ts"] * 1000) / 1000, 3), "dur": round(e["dur"], 3), "args": args})
+                    "ts_ns": base + round(e["ts"] * 1000), "dur": round(e["dur"], 3), "args": args})
 
     for i, e in enumerate(events):
         name, cat = e["name"], e.get("cat", "")
@@ -506,3 +507,18 @@ def _thread_names(trace: dict[str, Any]) -> dict[Any, str]:
             if e.get("tid") not in names or "gloo" in label:
                 names[e.get("tid")] = label
     return names
+
+
+def merge(per_rank: Sequence[Sequence[dict[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+    """Every rank's cut events in one trace, `ts` in microseconds from the first event on any rank (the
+    ranks' clocks are their nodes' wall clocks: across nodes, as close as the nodes keep them);
+    returns the events and that origin (wall-clock nanoseconds)."""
+    starts = [e["ts_ns"] for events in per_rank for e in events if "ts_ns" in e]
+    origin = min(starts) if starts else 0
+    merged = []
+    for events in per_rank:
+        for e in events:
+            if "ts_ns" in e:
+                e = {k: v for k, v in e.items() if k != "ts_ns"} | {"ts": round((e["ts_ns"] - origin) / 1000, 3)}
+            merged.append(e)
+    return merged, origin
