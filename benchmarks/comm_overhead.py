@@ -75,7 +75,7 @@ def one(out: Path, flags: list[str]) -> dict[str, Any]:
         ranks = comm["per_rank"]
         row.update(overhead_pct=comm["overhead_pct"],
                    recorded_step_ms=max(r["step_ms"] for r in ranks),
-                   reading_ms=max(sum(r["reading_ms"].values()) for r in ranks),
+                   reading_ms=round(max(sum(r["reading_ms"].values()) for r in ranks), 1),
                    profiled_events=max(r["profiled_events"] for r in ranks),
                    trace_mb_per_rank=round(trace.stat().st_size / len(ranks) / 2**20, 3))
     return row

@@ -92,7 +92,9 @@ class CommRecorder(TrainerCallback):
         self.result: list[dict[str, Any]] | None = None  # every rank's outcome, gathered
         self.trace_file: str | None = None
         self.trace_error: str | None = None
-        self.steps_s: list[float] = []
+        self.steps_s: list[float] = []  # the steady steps' times: not the first, the tracker's or the recorded one
+        self._first: int | None = None
+        self._avoid: int | None = avoid_step
         self.recorded_s: float | None = None
         self._profiler: Any = None
         self._armed = False
@@ -102,12 +104,13 @@ class CommRecorder(TrainerCallback):
 
     # ------------------------------------------------------------------ the Trainer's events
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._first = state.global_step + 1
+        if self.avoid_step is not None:  # the tracker's own rule (TensorMemoryCallback.on_train_begin)
+            self._avoid = min(self.avoid_step, max(1, state.max_steps))
         if self.enabled:
-            # the tracker's own rule (TensorMemoryCallback.on_train_begin): its step, or the last one
-            avoid = min(self.avoid_step, max(1, state.max_steps)) if self.avoid_step is not None else None
-            self.step = choose_step(state.global_step, state.max_steps, avoid, self.record_step)
+            self.step = choose_step(state.global_step, state.max_steps, self._avoid, self.record_step)
             if self.step is None:
-                self.reason = (f"the run has no optimizer step to record besides step {self.avoid_step}, which the "
+                self.reason = (f"the run has no optimizer step to record besides step {self._avoid}, which the "
                                "tensor-memory tracker measures (train for at least 2 steps)")
 
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -127,7 +130,8 @@ class CommRecorder(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
         if not self._armed:
-            self.steps_s.append(time.perf_counter() - self._started)
+            if state.global_step not in (self._first, self._avoid):
+                self.steps_s.append(time.perf_counter() - self._started)
             return
         self._armed = False
         local, events = self._read_own_step()
@@ -213,8 +217,9 @@ class CommRecorder(TrainerCallback):
         return out
 
     def overhead_pct(self, train_runtime_s: float | None) -> float | None:
-        """The recorded step's extra time (trace processing included) over the median other step, as a
-        share of the training time; the flight recorder's cost over the run is benchmarks/comm_overhead.py's."""
+        """The recorded step's extra time (reading its trace included) over the median steady step (not the
+        first, nor the tensor-memory tracker's), as a share of the training time; the flight recorder's
+        cost over the run is benchmarks/comm_overhead.py's."""
         if self.recorded_s is None or not self.steps_s or not train_runtime_s:
             return None
         extra = max(0.0, self.recorded_s - statistics.median(self.steps_s))
