@@ -7,7 +7,8 @@ CommRecorder the way the Trainer does (on_train_begin, on_step_begin, on_step_en
   profiling their run would): PyTorch's profilers do not nest, the inner one takes the events, and the
   recorder's trace of the step is empty (the "trace cannot be taken" case); the loop trains on to step 6;
 - `raw/`: that inner profiler's trace of step 4, exported, and the flight recorder's entries, per rank,
-  for the parser's tests (workshop.training.comm_trace), as PyTorch wrote them.
+  for the parser's tests (workshop.training.comm_trace), as PyTorch wrote them;
+- `off/`: a recorder switched off (`comm_record=false`), which records and leaves out nothing.
 Each rank writes `done-<rank>.json` with the steps it trained and both recorders' `comm`.
 """
 
@@ -45,14 +46,17 @@ def main(out: Path) -> None:
         (out / name).mkdir(parents=True, exist_ok=True)
     ok = CommRecorder(out / "ok", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, avoid_step=2)
     blocked = CommRecorder(out / "blocked", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, record_step=4)
+    off_counter = StepCounter()
+    off = CommRecorder(out / "off", torch.device("cpu"), off_counter, hosts, rank, rank == 0, enabled=False)
+    recorders = (ok, blocked, off)
     state = TrainerState()
     state.max_steps, state.global_step = STEPS, 0
-    ok.on_train_begin(None, state, None)
-    blocked.on_train_begin(None, state, None)
+    for recorder in recorders:
+        recorder.on_train_begin(None, state, None)
     trained = 0
     for step in range(1, STEPS + 1):
-        ok.on_step_begin(None, state, None)
-        blocked.on_step_begin(None, state, None)
+        for recorder in recorders:
+            recorder.on_step_begin(None, state, None)
         profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) \
             if step == 4 else None
         if profiler is not None:
@@ -68,9 +72,10 @@ def main(out: Path) -> None:
             (out / "raw" / f"flight-{rank}.json").write_text(json.dumps(flight_entries()))
         state.global_step += 1
         trained += 1
-        blocked.on_step_end(None, state, None)
-        ok.on_step_end(None, state, None)
-    done = {"rank": rank, "trained": trained, "ok": ok.summary(1.0), "blocked": blocked.summary(1.0)}
+        for recorder in reversed(recorders):
+            recorder.on_step_end(None, state, None)
+    done = {"rank": rank, "trained": trained, "ok": ok.summary(1.0), "blocked": blocked.summary(1.0),
+            "off": off.summary(1.0), "off_left_out_steps": off_counter.left_out_steps}
     (out / f"done-{rank}.json").write_text(json.dumps(done))
     dist.barrier()
     dist.destroy_process_group()

@@ -430,8 +430,16 @@ def test_the_recorded_step_leaves_the_throughput_window_and_costs_little(runs: R
     # the throughput arithmetic without the left-out step: tests/test_training.py's window test
 
 
-@pytest.mark.slow
-def test_recording_can_be_switched_off(runs: RunCache) -> None:
-    s = runs.get("--sharding", "full_shard", "--no-comm-record", "--train-size", "8", "--epochs", "1", nproc=2).summary
-    assert s["comm"] == {"status": "not measured", "reason": "recording is off (comm_record=false)", "step": None}
-    assert "left_out_steps" not in s["throughput_window"]
+@probe_test
+def test_recording_can_be_switched_off(probe: Path) -> None:
+    d = done(probe)
+    assert d["off"] == {"status": "not measured", "reason": "recording is off (comm_record=false)", "step": None}
+    assert d["off_left_out_steps"] == [] and not (probe / "off" / "comm_trace.json").exists()
+
+
+def test_comm_record_is_a_config_field_on_by_default() -> None:
+    from workshop.training.config import config_from_args
+    from workshop.training.train import build_parser
+
+    assert config_from_args(build_parser().parse_args([]), {}).comm_record is True
+    assert config_from_args(build_parser().parse_args(["--no-comm-record"]), {}).comm_record is False
