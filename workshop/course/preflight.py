@@ -115,7 +115,7 @@ def partition_lines(profile: Profile, found: dict[str, dict[str, Any]]) -> list[
 def account_line(profile: Profile, user: str) -> Line:
     if not profile.account:
         try:
-            mine = sorted(set(slurm(["sacctmgr", "-n", "-P", "show", "assoc", f"where", f"user={user}",
+            mine = sorted(set(slurm(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
                                      "format=Account"]).split()))
         except RuntimeError as e:
             return Line("account", FIX, f"accounting does not answer ({str(e)[:160]}): the watch and `workshop verify` "

@@ -21,25 +21,25 @@ import argparse
 import errno
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from workshop.training.data import hf_home, squad_dir
+from workshop.training.data import hf_home, load_examples, squad_dir
+
 
 def save_squad(splits: dict[str, Any], home: Path) -> Path:
     """Save `{"train": Dataset, "validation": Dataset}` as the course's copy; returns its folder.
     Written beside and then moved in place, so a reader never sees half a copy."""
-    from datasets import DatasetDict
-    from datasets import disable_progress_bars
+    from datasets import DatasetDict, disable_progress_bars
 
     disable_progress_bars()      # one table for the admin, not a bar per split
     dest = squad_dir(home)
     tmp = dest.with_name(dest.name + ".partial")
     DatasetDict(splits).save_to_disk(str(tmp))
     if dest.exists():
-        import shutil
         shutil.rmtree(dest)
     tmp.rename(dest)
     return dest
@@ -81,10 +81,8 @@ def offline_load(model: str, dataset: str, train_size: int, eval_size: int, eval
     except Exception as e:      # noqa: BLE001 -- reported, not raised: the caller prints the fix
         report["model_error"] = f"{type(e).__name__}: {e}"[:600]
     try:
-        from workshop.training import data
-
-        report["dataset_ok"] = {"train": len(data.load_examples(dataset, "train", train_size)),
-                                eval_split: len(data.load_examples(dataset, eval_split, eval_size)),
+        report["dataset_ok"] = {"train": len(load_examples(dataset, "train", train_size)),
+                                eval_split: len(load_examples(dataset, eval_split, eval_size)),
                                 "from": str(squad_dir(home)) if dataset == "squad" else dataset}
     except Exception as e:      # noqa: BLE001
         report["dataset_error"] = f"{type(e).__name__}: {e}"[:600]
