@@ -93,7 +93,8 @@ def nccl_check() -> dict[str, Any]:
         torch.cuda.synchronize()
         ok = bool((x == 2.0).all().item())
         dist.destroy_process_group()
-        version = ".".join(map(str, torch.cuda.nccl.version()))
+        version = torch.cuda.nccl.version()        # (2, 21, 5) in torch 2.x; an int in old releases
+        version = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         return {"ok": ok, "version": version, "seconds": round(time.perf_counter() - t0, 2),
                 "env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")}}
     except Exception as e:   # noqa: BLE001
