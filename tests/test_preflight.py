@@ -16,7 +16,8 @@ from workshop.slurm.profiles import load_profile
 
 SITE = load_profile("example-hpc")
 
-# torch.cuda.get_arch_list() of PyTorch's published wheels (the index each names)
+# torch.cuda.get_arch_list() of PyTorch's CUDA 12.6 and 12.8 wheels as their build settings give them
+# (TORCH_CUDA_ARCH_LIST of each index); not read from a GPU here: this machine has none
 CU126 = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 CU128 = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
 
