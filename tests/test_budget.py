@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.budget import budget_rows, costs, markdown, main
+from workshop.course.budget import DRY_RUN, SWEEP, budget_rows, costs, disk_markdown, disk_rows, markdown, main
 from workshop.training.config import ConfigError
-from workshop.slurm.profiles import PROFILES_DIR, load_profile
+from workshop.slurm.profiles import PROFILES_DIR, ProfileError, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = load_profile("example-hpc")
@@ -22,6 +22,49 @@ def test_the_instructor_guide_states_the_computed_budget() -> None:
     guide = (ROOT / "docs/instructor.md").read_text()
     assert "## Class budget" in guide
     assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `python -m workshop.course.budget`"
+    assert "## Disk" in guide and disk_markdown(SITE, 20) in guide.split("## Disk", 1)[1]
+
+
+def test_the_budget_has_the_sweep_the_dry_run_and_reruns() -> None:
+    """Nothing the class needs is missing: notebook 03's challenge sweep (its whole grid, once), the dry run
+    (one student's course, once) and a rerun allowance on the students' jobs."""
+    from workshop.course import challenge
+
+    rows = {r["notebook"]: r for r in budget_rows(SITE, 20, rerun=0.25)}
+    notebooks = [r for name, r in rows.items() if name[:2].isdigit() and name[2] == "_"]
+    per_student = sum(r["gpu_h_per_student"] for r in notebooks)
+    grid = challenge.grid(4, challenge.global_batch(SITE))                     # 4 V100s, 20 minutes a job
+    assert rows[SWEEP]["jobs"] == len(grid) == 40 and rows[SWEEP]["gpu_h_class"] == pytest.approx(40 * 4 / 3)
+    assert rows[DRY_RUN]["gpu_h_class"] == pytest.approx(per_student) and rows[DRY_RUN]["jobs"] == 21
+    rerun = next(r for name, r in rows.items() if name.startswith("reruns"))
+    assert rerun["gpu_h_class"] == pytest.approx(0.25 * 20 * per_student)
+    assert "`python -m workshop.course.challenge`" in markdown(SITE, 20)
+
+
+def test_a_site_can_hand_notebook_03s_jobs_to_the_instructor(tmp_path: Path) -> None:
+    """instructor_steps = ["strategies"]: 03's five strategy runs are run once; each student's challenge job is
+    one of the sweep's (its own row), so 03 costs the class the five runs, once."""
+    site = tmp_path / "site.toml"
+    site.write_text((PROFILES_DIR / "example-hpc.toml").read_text().replace(
+        'instructor_jobs = ""', f'instructor_jobs = "{tmp_path / "shared"}"\ninstructor_steps = ["strategies"]'))
+    rows = {r["notebook"]: r for r in budget_rows(load_profile(site), 20)}
+    assert rows["03_sharding_strategies"]["gpu_h_class"] == pytest.approx(160.0)
+    assert rows["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(5 * 4 / 3)
+    plain = {r["notebook"]: r for r in budget_rows(SITE, 20)}
+    assert plain["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(160.0)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(site.read_text().replace('["strategies"]', '["strategy"]'))
+    with pytest.raises(ProfileError, match="instructor_steps"):
+        budget_rows(load_profile(bad), 20)
+
+
+def test_disk_per_student_and_class_is_notebook_05s_checkpoint_and_merge() -> None:
+    """BLOOM-560M: 559,214,592 parameters; the checkpoint keeps fp32 weights and AdamW's two states (12 bytes a
+    parameter: 6.7 GB), the merged file repeats the tied embedding as lm_head (3.3 GB)."""
+    kept, merged = disk_rows(SITE, 20)
+    assert kept["per_student"] == 559_214_592 * 12 and kept["class"] == 20 * kept["per_student"]
+    assert kept["class_instructor_run"] == kept["per_student"]          # 05's 2-node job is the instructor's, once
+    assert merged["per_student"] == (559_214_592 + 250_880 * 1024) * 4
 
 
 def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
@@ -101,6 +144,7 @@ def test_the_guides_budget_command_prints_the_guides_table() -> None:
     proc = run_as_written(command)
     assert proc.returncode == 0, proc.stderr
     assert markdown(SITE, 20) in proc.stdout and markdown(SITE, 20) in (ROOT / "docs/instructor.md").read_text()
+    assert disk_markdown(SITE, 20) in proc.stdout
 
 
 def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path: Path) -> None:

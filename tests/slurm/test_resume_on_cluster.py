@@ -53,7 +53,8 @@ def test_a_stopped_job_frees_its_gpus_at_once_and_resume_completes(cluster, tmp_
     assert "[job] USR1 at" in log and "[job] stopped at a checkpoint" in log
     info = json.loads(next(x for x in log.splitlines() if x.startswith("WORKSHOP_CHECKPOINT ")).split(" ", 1)[1])
     step = info["step"]
-    assert 6 <= step < 48 and (job.run_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert 6 <= step < 48 and (job.checkpoint_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert not any(job.run_dir.glob("checkpoint-*"))       # in the profile's scratch, out of the student's folder
     assert job.summary() is None
 
     t1 = time.monotonic()
