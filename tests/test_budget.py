@@ -3,6 +3,7 @@ the instructor-run mode hands students the instructor's costly jobs as if they w
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -105,9 +106,7 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
     from workshop.slurm import JobState, submit
 
     shared = tmp_path / "instructor-jobs"
-    profile = tmp_path / "classroom.toml"
-    profile.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "classroom"')
-                       + f'\n[course]\ninstructor_jobs = "{shared}"\ninstructor_min_gpus = 2\n')
+    profile = local_site(tmp_path / "classroom.toml", instructor_jobs=shared, instructor_min_gpus=2)
     costly = {"procs_per_node": 2}
     with pytest.raises(ConfigError, match="instructor_jobs.*--instructor-run"):    # not run yet
         submit("bandwidth", profile=profile, overrides=costly, jobs_dir=tmp_path / "student" / "jobs")
@@ -122,6 +121,14 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
                    jobs_dir=tmp_path / "student" / "jobs")
     assert cheap.job_dir.parent == tmp_path / "student" / "jobs" and not cheap.job_dir.is_symlink()  # own job
     cheap.wait(timeout=180, poll=0.2)
+
+
+def local_site(path: Path, **course: object) -> Path:
+    """A copy of the local profile, named after `path`, with a [course] table (instructor-run mode)."""
+    lines = "".join(f"{k} = {json.dumps(str(v) if isinstance(v, Path) else v)}\n" for k, v in course.items())
+    path.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', f'name = "{path.stem}"')
+                    + f"\n[course]\n{lines}")
+    return path
 
 
 def guide_command(marker: str) -> str:
@@ -160,9 +167,7 @@ def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path
     command = guide_command("--instructor-run")
     assert command == "python -m workshop.course.budget --profile <site> --instructor-run"
     shared = tmp_path / "instructor-jobs"
-    profile = tmp_path / "site.toml"
-    profile.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "site"')
-                       + f'\n[course]\ninstructor_jobs = "{shared}"\ninstructor_min_gpus = 8\n')
+    profile = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_min_gpus=8)
     site = load_profile(profile)
     expected = [c for c in costs(site) if c.costly]
     assert len(expected) == 5 and all(c.nodes == 2 for c in expected)     # the 2-node jobs of notebook 05

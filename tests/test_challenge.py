@@ -12,7 +12,7 @@ import pytest
 from workshop.course import challenge
 from workshop.course.budget import STATIC_RUNS
 from workshop.results.memory import estimate_config
-from workshop.slurm.profiles import PROFILES_DIR, load_profile
+from workshop.slurm.profiles import load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "solutions/03_sharding_strategies/03_sharding_strategies.ipynb"
@@ -107,15 +107,14 @@ def test_the_guides_sweep_command_runs_the_grid_into_instructor_jobs_and_hands_a
     import subprocess
     import time
 
+    from tests.test_budget import local_site
     from tests.test_docs_commands import fenced, line_with
     from workshop.slurm import Job, submit
 
     line = line_with(fenced(ROOT / "docs" / "instructor.md", "## Before the workshop"), "workshop.course.challenge")
     assert line == "python -m workshop.course.challenge --profile <site>"
     shared = tmp_path / "instructor-jobs"
-    site = tmp_path / "site.toml"
-    site.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "site"')
-                    + f'\n[course]\ninstructor_jobs = "{shared}"\ninstructor_steps = ["strategies"]\n')
+    site = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_steps=["strategies"])
     profile = load_profile(site)
     grid = challenge.grid(2, challenge.global_batch(profile))
     mine = STATIC_RUNS["03_sharding_strategies"]["budget challenge"]
