@@ -47,7 +47,8 @@ def test_a_site_can_hand_notebook_03s_jobs_to_the_instructor(tmp_path: Path) -> 
     one of the sweep's (its own row), so 03 costs the class the five runs, once."""
     site = tmp_path / "site.toml"
     site.write_text((PROFILES_DIR / "example-hpc.toml").read_text().replace(
-        'instructor_jobs = ""', f'instructor_jobs = "{tmp_path / "shared"}"\ninstructor_steps = ["strategies"]'))
+        'instructor_jobs = ""', f'instructor_jobs = "{tmp_path / "shared"}"').replace(
+        "instructor_steps = []", 'instructor_steps = ["strategies"]'))
     rows = {r["notebook"]: r for r in budget_rows(load_profile(site), 20)}
     assert rows["03_sharding_strategies"]["gpu_h_class"] == pytest.approx(160.0)
     assert rows["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(5 * 4 / 3)
