@@ -15,6 +15,7 @@ WEIGHTS = (".distcp", ".safetensors", ".bin", ".pt", ".pth")
 # The largest file the course run leaves beside a notebook is an executed notebook or a plot, tens to a few
 # hundred KB; a BLOOM-560M checkpoint shard is hundreds of MB, and even the tiny model's optimizer shard is MBs.
 LARGEST_FILE_BYTES = 2 * 2**20
+COURSE_BYTES = 10 * 2**20        # all five folders: what docs/instructor.md, "Disk", states per student
 
 
 def weights_in(folder: Path) -> list[Path]:
@@ -32,6 +33,8 @@ def test_an_executed_course_leaves_no_weights_beside_its_notebooks(course_run: P
 
     folders = [course_run / name for name in assignments() if (course_run / name).is_dir()]
     assert folders
+    total = sum(p.stat().st_size for folder in folders for p in folder.rglob("*") if p.is_file())
+    assert total < COURSE_BYTES, total
     for folder in folders:
         assert weights_in(folder) == [], folder
         files = [p for p in folder.rglob("*") if p.is_file()]
