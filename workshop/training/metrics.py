@@ -83,8 +83,10 @@ def peak_memory_mb(device: torch.device, tensor_memory: Any = None) -> tuple[flo
     """(peak used, peak reserved or None, kind): the CUDA allocator's peaks over training on a GPU; on a CPU
     the tensor peak of the step `tensor_memory` (workshop.training.tensor_memory) measured, or peak RSS without it."""
     if device.type == "cuda":
-        return (torch.cuda.max_memory_allocated(device) / 2**20,
-                torch.cuda.max_memory_reserved(device) / 2**20, "cuda_allocated")
+        # the tracker's measured step resets the allocator's peak counters; it keeps what they held before
+        allocated, reserved = (tensor_memory.allocator_peaks() if tensor_memory is not None else
+                               (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)))
+        return allocated / 2**20, reserved / 2**20, "cuda_allocated"
     if tensor_memory is not None:
         return tensor_memory.peak_so_far_mb(), None, "tensor"
     return peak_rss_mb(), None, "rss"

@@ -155,10 +155,22 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         # ones (Trainer's default for a model without gradient checkpointing is to search, which
         # warns in every DDP log and costs an extra autograd-graph traversal per step)
         ddp_find_unused_parameters=False,
-        activation_checkpointing=cfg.activation_checkpointing and not cfg.is_fsdp,
     )
+    kwargs[checkpointing_argument()] = cfg.activation_checkpointing and not cfg.is_fsdp
     kwargs.update(trainer_sharding_kwargs(cfg))
     return TrainingArguments(**kwargs)
+
+
+def checkpointing_argument() -> str:
+    """TrainingArguments' name for the Trainer's own activation checkpointing: `activation_checkpointing` in
+    transformers 5.23 (the pin; `gradient_checkpointing` is its deprecated alias there), while 5.17 (the lent
+    GPU machine's) knows only `gradient_checkpointing` and raises TypeError on the other."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def configure_wandb(cfg: RunConfig) -> None:
@@ -220,7 +232,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     import torch.distributed as dist
     from transformers.utils import logging as hf_logging
 
-    from workshop.training import data, evaluation, models, run_record, sharding, wrap_function
+    from workshop.training import data, evaluation, models, run_record, scaler, sharding, wrap_function
     from workshop.training.batch_probe import GlobalBatchProbe
     from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
     from workshop.training.tensor_memory import TensorMemoryCallback
@@ -336,6 +348,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
         "gpu_util_pct": round(sum(utils) / len(utils), 1) if utils else None,
         "mfu": round(sum(mfus) / len(mfus), 4) if mfus else None,
+        "grad_scaler": scaler.describe(getattr(trainer.accelerator, "scaler", None)),
         "em_before": before.get("exact_match"), "f1_before": before.get("f1"),
         "em_after": after.get("exact_match"), "f1_after": after.get("f1"),
         "sample_predictions": after.get("examples"),
