@@ -199,7 +199,12 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
       04: 1, 2, 4 and 8 GPUs x 1/3 h = 5.00; the 8-GPU run (instructor_min_gpus 8) once: 7/3 x 20 + 8/3 = 49.3
       05: bandwidth gate 16 GPUs x 1/12 h = 1.33, failed rendezvous 2 x 1/3, 1 node x 2 2/3, 2 nodes x 1 2/3,
           2 x 2 full_shard 4/3, 2 x 2 hybrid 4/3: 6.00; all but 1 node x 2 (2/3) are 2-node, run once:
-          2/3 x 20 + 16/3 = 18.7"""
+          2/3 x 20 + 16/3 = 18.7
+      a student's own jobs in instructor-run mode: 1/3 + 4/3 + 8 + 7/3 + 2/3 = 38/3 GPU-h
+      reruns, 25 %: 0.25 x 62/3 = 5.17 per student, x 20 = 103.3; instructor-run 0.25 x 38/3 x 20 = 63.3
+      the challenge sweep: 3 strategies' variants (ddp; full_shard and shard_grad_op with and without offload)
+          x checkpointing or not x 4 micro-batches (1, 2, 4, 8 of 8 per GPU) = 40 jobs x 4 GPUs x 1/3 h = 53.3
+      the dry run: one student's 21 jobs, 62/3 = 20.7; instructor-run 38/3 = 12.7"""
     guide = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
     rows = {cells[0].strip("* "): [c.strip() for c in cells[1:]]
             for line in guide.splitlines() if line.startswith("| ") and not line.startswith("| notebook")
@@ -212,4 +217,12 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
     for notebook, (jobs, largest, each, cls, instructor) in by_hand.items():
         assert rows[notebook] == [str(jobs), str(largest), f"{each:.2f}", f"{cls:.1f}", f"{instructor:.1f}"], notebook
     total = [sum(v[i] for v in by_hand.values()) for i in range(5)]
-    assert rows["all"] == [str(total[0]), "", f"{total[2]:.2f}", f"{total[3]:.1f}", f"{total[4]:.1f}"]
+    own = 1 / 3 + 4 / 3 + 8 + 7 / 3 + 2 / 3
+    reruns = next(cells for name, cells in rows.items() if name.startswith("reruns: 25%"))
+    assert reruns == ["", "", f"{0.25 * total[2]:.2f}", f"{0.25 * total[3]:.1f}", f"{0.25 * own * 20:.1f}"]
+    sweep = next(cells for name, cells in rows.items() if name.startswith("03's challenge sweep"))
+    assert sweep == ["40", "4", "", f"{40 * 4 / 3:.1f}", f"{40 * 4 / 3:.1f}"]
+    dry = next(cells for name, cells in rows.items() if name.startswith("dry run"))
+    assert dry == [str(total[0]), "16", "", f"{total[2]:.1f}", f"{own:.1f}"]
+    assert rows["all"] == ["", "", f"{1.25 * total[2]:.2f}", f"{1.25 * total[3] + 40 * 4 / 3 + total[2]:.1f}",
+                           f"{total[4] + 0.25 * own * 20 + 40 * 4 / 3 + own:.1f}"]
