@@ -4,7 +4,8 @@ with .venv linked there when the line calls .venv/bin/...). Where a run must be 
 from the seed repo's environment variables (TRAIN_SIZE, EVAL_SIZE), never from an edited command.
 
 Where the others are run: tests/test_fsdp_exercises.py (README's torchrun line), tests/test_budget.py
-(the class budget's two lines), tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
+(the class budget's two lines), tests/test_challenge.py (the guide's challenge sweep),
+tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
 (the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`),
 tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile),
 tests/slurm/test_preflight_on_cluster.py (its first command, `workshop preflight`), tests/test_prefetch.py
@@ -176,7 +177,7 @@ def merge_command() -> str:
 
 def test_notebook_05s_merge_weights_gives_the_trained_model_to_from_pretrained(tmp_path: Path) -> None:
     """A real sharded checkpoint (FULL_SHARD on 2 processes, SHARDED_STATE_DICT: one .distcp per rank), its
-    step put in for STEP, the notebook's command run where the job's run/ is; then the notebook's next
+    step put in for STEP, the notebook's command run in the checkpoint folder; then the notebook's next
     words: load merged/model.safetensors into a BloomForCausalLM built from the config, save_pretrained.
     What from_pretrained reads back is the trained model: its eval loss on the run's eval examples (token
     weighted, as the Trainer's) is the run's final eval loss, at the checkpoint's (final) step."""
@@ -188,16 +189,16 @@ def test_notebook_05s_merge_weights_gives_the_trained_model_to_from_pretrained(t
     from workshop.training.config import RunConfig
 
     command = merge_command()
-    assert command == "accelerate merge-weights run/checkpoint-STEP/pytorch_model_fsdp_0 merged/"
+    assert command == "accelerate merge-weights checkpoint-STEP/pytorch_model_fsdp_0 merged/"   # in the checkpoint folder
     run = train(tmp_path / "run", ["--sharding", "full_shard", "--train-size", "8", "--eval-size", "4", "--epochs", "1",
                                     "--checkpoint-every", "2"], nproc=2)
     summary = run.summary
     step = summary["steps"]
     shards = tmp_path / "run" / f"checkpoint-{step}" / "pytorch_model_fsdp_0"
     assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    proc = sh(command.replace("STEP", str(step)), tmp_path)
+    proc = sh(command.replace("STEP", str(step)), tmp_path / "run")      # the run's checkpoint folder
     assert proc.returncode == 0, proc.stderr[-3000:]
-    merged = load_file(tmp_path / "merged" / "model.safetensors")
+    merged = load_file(tmp_path / "run" / "merged" / "model.safetensors")
     assert {k: list(v.shape) for k, v in merged.items() if k in summary["param_shapes"]} == summary["param_shapes"]
 
     tok = models.load_tokenizer("tiny")

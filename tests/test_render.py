@@ -110,7 +110,8 @@ def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_
 
 def test_gpu_count_changes_numbers_not_templates(tmp_path):
     templates = sorted(p.name for p in TEMPLATES_DIR.iterdir())
-    assert templates == ["job.sh", "launch-node.sh", "launch-nodes.sh", "launch-process.sh"]
+    assert templates == ["job.sh", "launch-accelerate-nodes.sh", "launch-accelerate.sh", "launch-node.sh", "launch-nodes.sh",
+                         "launch-process.sh", "rendezvous.sh"]
     two = rendered("multi_gpu", "example-hpc", tmp_path, procs_per_node=2)
     four = rendered("multi_gpu", "example-hpc", tmp_path, procs_per_node=4)
     differing = [(a, b) for a, b in zip(two.splitlines(), four.splitlines()) if a != b]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workshop.results.logs import parse_text
-from workshop.slurm.profiles import ProfileError, load_profile, mem_mb, parse_profile, time_seconds
+from workshop.slurm.profiles import ProfileError, load_profile, mem_mb, parse_profile, scratch_folder, time_seconds
 from workshop.slurm.render import render
 from workshop.slurm.steps import STEPS, step_config
 
@@ -185,7 +185,9 @@ def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) 
     assert job.record.exit_code == 75 and "resume" in job.reason
     assert "[job] USR1 at" in log and "[job] stopped at a checkpoint" in log and "[job] end" not in log
     step = int(re.search(r'WORKSHOP_CHECKPOINT .*"step": (\d+)', log).group(1))
-    assert 2 <= step < 48 and (job.run_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert 2 <= step < 48 and (job.checkpoint_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    # in the profile's scratch folder, not in the job's (a student's) folder
+    assert job.checkpoint_dir.is_relative_to(scratch_folder(load_profile("local"))) and not any(job.run_dir.glob("checkpoint-*"))
     df = build("scaling", [job.log_path])
     assert any(f"stopped at a checkpoint at step {step}" in n and "exit 75" in n for n in df.attrs["notes"])
     print(f"\nUSR1 -> CHECKPOINTED (exit 75) in {stop_s:.1f} s at step {step}/48 (busy 2-core machine)")

@@ -88,6 +88,7 @@ class Profile:
     setup: tuple[str, ...] = ()
     python_env: str = ""                          # "current": activate this interpreter's environment
     hf_home: str = ""
+    scratch: str = ""                             # [env]: checkpoints go here, never into a student's folder
     wandb_mode: str = "disabled"
     env: Mapping[str, str] = field(default_factory=dict)
     min_busbw_GBps: float = 0.0                   # the gate: bus bandwidth at the largest message, GB/s
@@ -102,6 +103,7 @@ class Profile:
     session_reservation: str = ""                 # [ood] reservation: one that holds the session partition's nodes
     watch_kernels: int = 0                        # [slurm.watch] kernels: notebook kernels watching jobs at once
     watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
+    instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -282,6 +284,10 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            "use \"current\" (activate the interpreter that submits) or leave it out and "
                            "activate in setup")
     kw["hf_home"] = _take(env, "hf_home", str, "", source, "env.")
+    kw["scratch"] = _take(env, "scratch", str, "", source, "env.")
+    if "\n" in kw["scratch"] or "%" in kw["scratch"]:
+        raise ProfileError(source, "env.scratch", f"{kw['scratch']!r} has a newline or a %", "write a folder path, "
+                           'e.g. "/scratch/$USER/fsdp-workshop"')
     kw["wandb_mode"] = _take(env, "wandb_mode", str, "disabled", source, "env.")
     if kw["wandb_mode"] not in ("disabled", "offline", "online"):
         raise ProfileError(source, "env.wandb_mode", f"unknown value {kw['wandb_mode']!r}",
@@ -292,7 +298,7 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
             raise ProfileError(source, f"env.variables.{k}", "must be NAME = \"value\"",
                                "use a shell variable name and a string value")
     kw["env"] = {k: str(v) for k, v in variables.items()}
-    _no_leftovers(env, source, "env.", "setup, python_env, hf_home, wandb_mode, variables")
+    _no_leftovers(env, source, "env.", "setup, python_env, hf_home, scratch, wandb_mode, variables")
 
     bw = dict(_take(data, "bandwidth", dict, {}, source, ""))
     if "min_busbw_gbps" in bw:
@@ -308,7 +314,12 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     course = dict(_take(data, "course", dict, {}, source, ""))
     kw["instructor_jobs"] = _take(course, "instructor_jobs", str, "", source, "course.")
     kw["instructor_min_gpus"] = _take(course, "instructor_min_gpus", int, 8, source, "course.")
-    _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus")
+    steps_run = _take(course, "instructor_steps", list, [], source, "course.")
+    if not all(isinstance(x, str) and re.fullmatch(r"\w+", x) for x in steps_run):
+        raise ProfileError(source, "course.instructor_steps", f"{steps_run!r} is not a list of step names",
+                           'write e.g. instructor_steps = ["strategies"]')
+    kw["instructor_steps"] = tuple(steps_run)
+    _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
@@ -437,6 +448,24 @@ def _check_partition_fits(p: Partition, source: str, where: str) -> None:
         raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc} x {max(1, p.gpus_per_node)} processes "
                            f"is more than a node's {p.mem_per_node}: a full-node job would never start",
                            f"ask for at most {mem_mb(p.mem_per_node) // max(1, p.gpus_per_node) // 1024}G per process")
+
+
+def scratch_folder(profile: Profile) -> Path | None:
+    """The profile's scratch folder for the submitting user: `~` and `$VARS` expanded ($USER is the
+    submitter, whether or not the shell exported it); None when the profile names none."""
+    if not profile.scratch:
+        return None
+    import getpass
+
+    env = {"USER": getpass.getuser(), **os.environ}
+
+    def expand(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in env:
+            raise ProfileError(profile.source, "env.scratch", f"{profile.scratch!r} names ${name}, which is not set here",
+                               "use variables every user has ($USER, $HOME), or write the path out")
+        return env[name]
+    return Path(re.sub(r"\$\{(\w+)\}|\$(\w+)", expand, profile.scratch)).expanduser()
 
 
 def current_env_activation() -> list[str]:
