@@ -105,8 +105,16 @@ def test_a_config_that_asks_for_accelerate_needs_accelerate_launch() -> None:
         follow_launch(cfg, {"launcher"}, clean_env())
 
 
+def test_a_preflight_job_is_one_plain_process_whatever_the_launcher(tmp_path: Path) -> None:
+    """Preflight checks a node and trains nothing: `launcher = "accelerate"` does not wrap it."""
+    prof = load_profile("example-hpc")
+    script = render("preflight", step_config("preflight", prof, {"launcher": "accelerate"}), prof, tmp_path / "job")
+    assert "accelerate launch" not in script and "accelerate.yaml" not in script
+    assert "-m workshop.slurm.node_check" in script
+
+
 @pytest.mark.parametrize("profile", ["local", "ci", "example-hpc"])
-@pytest.mark.parametrize("step", list(STEPS))
+@pytest.mark.parametrize("step", [s for s in STEPS if STEPS[s].program != "preflight"])
 def test_every_step_renders_an_accelerate_launch_of_the_same_program(step: str, profile: str, tmp_path: Path) -> None:
     prof = load_profile(profile)
     cfg = step_config(step, prof, {"launcher": "accelerate"})

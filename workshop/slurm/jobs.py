@@ -26,7 +26,7 @@ from workshop.training.config import ConfigError, RunConfig, load_config
 from workshop.slurm.profiles import Profile, load_profile, scratch_folder
 from workshop.slurm import local_backend, slurm_backend
 from workshop.slurm.records import JobRecord, JobState, find_record, now
-from workshop.slurm.render import render
+from workshop.slurm.render import render, uses_accelerate
 from workshop.slurm.shared import link_shared, shared_job
 from workshop.slurm.steps import check_fits, get_step, step_config
 
@@ -310,7 +310,7 @@ class Submission:
             (job_dir / "job.sh").chmod(0o755)
             cfg = wrap_function.carry(cfg, job_dir)     # the job runs its own copy of the student's file
             cfg.to_json(job_dir / "config.json")
-            if cfg.launcher == "accelerate":   # the accelerate config its launch reads, written from config.json
+            if uses_accelerate(self.step, cfg):   # the accelerate config its launch reads, written from config.json
                 (job_dir / ACCELERATE_FILE).write_text(f"# {ACCELERATE_FILE} of job folder {job_dir.name}: written from "
                                                        f"its config.json\n{to_yaml(cfg)}")
             rec = JobRecord(job_id="", backend=prof.backend, step=self.step, profile=prof.name, name=self.job_name,

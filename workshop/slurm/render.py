@@ -88,7 +88,7 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     if get_step(step).program == "bandwidth" and part.gpus_per_node:
         lines.append("--exclusive")
     width = max(len(x.split("=")[0]) for x in lines)
-    launcher = "accelerate launch" if config.launcher == "accelerate" else "torchrun"
+    launcher = "accelerate launch" if uses_accelerate(step, config) else "torchrun"
     comments = {"--ntasks-per-node": f"one {launcher} per node; it starts the processes",
                 "--cpus-per-task": f"{part.cpus_per_proc} core(s) per process",
                 "--gpus-per-node": part.gpu_name, "--gres": part.gpu_name,
@@ -125,10 +125,17 @@ def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -
     return f"-m workshop.training.train --config {shlex.quote(str(config_path))}"
 
 
+def uses_accelerate(step: str, config: RunConfig) -> bool:
+    """Whether the job starts with `accelerate launch`: its config asks for it, and it is no preflight job
+    (that one checks a node as the course's jobs find it and trains nothing: one plain process)."""
+    return config.launcher == "accelerate" and get_step(step).program != "preflight"
+
+
 def launch_block(step: str, config: RunConfig, profile: Profile, job_dir: Path) -> str:
     """The lines that start the processes: plain python (one process), torchrun (one node), srun + torchrun
-    (several), or `accelerate launch` with the job's accelerate config (`launcher = "accelerate"`)."""
-    accelerate = config.launcher == "accelerate"
+    (several), or `accelerate launch` with the job's accelerate config (`launcher = "accelerate"`,
+    `uses_accelerate`)."""
+    accelerate = uses_accelerate(step, config)
     if accelerate:
         name = "launch-accelerate-nodes.sh" if config.nodes > 1 else "launch-accelerate.sh"
     else:
