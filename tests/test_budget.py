@@ -34,6 +34,24 @@ def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
     assert eight.gpus == 8 and eight.costly
 
 
+def test_every_gpu_count_of_notebooks_04_and_05_times_at_least_50_steady_steps() -> None:
+    """A speed-up measures training only when each run's throughput counts enough steady steps: the warm-up
+    and the memory tracker's step are left out (workshop.training.counted_steps), the same rule the runs apply."""
+    from workshop.training.counted_steps import counted_steps, warmup_steps
+
+    training = [c for c in costs(SITE) if c.notebook in ("04_multi_gpu", "05_multi_node") and c.steps is not None]
+    assert {c.gpus for c in training if c.notebook == "04_multi_gpu"} == {1, 2, 4, 8}
+    for c in training:
+        assert c.counted_steps == len(counted_steps(c.steps)) == c.steps - warmup_steps(c.steps)   # step 2 is in the warm-up
+        assert c.counted_steps >= 50, (c.notebook, c.run, c.steps, c.counted_steps)
+    eight = next(c for c in training if c.run == "8 GPU(s)")
+    assert (eight.steps, eight.counted_steps) == (63, 57)         # 2,000 examples at a global batch of 32
+    rows = {r["notebook"]: r for r in budget_rows(SITE, 20)}
+    assert rows["04_multi_gpu"]["min_counted_steps"] == 57 and rows["05_multi_node"]["min_counted_steps"] >= 50
+    gate = next(c for c in costs(SITE) if c.run == "bandwidth gate")
+    assert gate.steps is None and gate.counted_steps is None     # not a training job
+
+
 def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     """The instructor's 04 jobs are the right answer to the notebook's settings exercise: the largest
     micro-batch and the accumulation that keeps the plan's global batch (the same jobs, so handed over)."""

@@ -51,18 +51,28 @@ def test_ddp_does_not_search_for_unused_parameters(runs: RunCache) -> None:
     assert "find_unused_parameters" not in run.log          # DDP warns when it searched and found none
 
 
-def test_throughput_window_leaves_out_the_warm_up_steps(runs: RunCache) -> None:
+def test_throughput_counts_the_steady_steps_only(runs: RunCache) -> None:
+    """12 steps at 2 ranks: step 1 is the warm-up, step 2 the tensor-memory tracker's; the summary's
+    throughput is steps 3..12's samples over their time, and says so."""
     import json
 
     run = runs.get("--sharding", "full_shard", nproc=2)
-    window = run.summary["throughput_window"]
+    s = run.summary
+    window = s["throughput_window"]
+    assert window["counted_steps"] == [[3, 12]] and window["steps_counted"] == 10
+    assert window["excluded_steps"] == {"warmup": [1], "tensor_memory": [2]}
+    assert s["train_samples_per_s"] * window["seconds"] == pytest.approx(10 * s["global_batch"], rel=0.01)
     records = [json.loads(x) for x in (run.out_dir / "metrics.jsonl").read_text().splitlines()]
-    trains = [r for r in records if r["kind"] == "train"]
-    assert window == {"warmup_steps": 1, "from_step": 2, "to_step": 12}      # 12 steps: the first is warm-up
-    assert [r["step"] for r in trains if r["warmup"]] == [1]
-    samples = sum(r["samples_per_s"] * r["step_time_s"] for r in trains if not r["warmup"])
-    seconds = sum(r["step_time_s"] for r in trains if not r["warmup"])
-    assert run.summary["train_samples_per_s"] == pytest.approx(samples / seconds, rel=0.02)
+    assert [r["step"] for r in records if r["kind"] == "train" and not r["counted"]] == [1, 2]
+
+
+def test_a_logging_interval_longer_than_the_warm_up_still_leaves_it_out(runs: RunCache) -> None:
+    """Logged every 5 steps (as a GPU site logs every 10), the window is still the steady steps: it does not
+    follow the logging intervals, whose first one holds the warm-up and the traced step."""
+    s = runs.get("--logging-steps", "5", nproc=1).summary
+    assert s["steps"] == 24 and s["throughput_window"]["counted_steps"] == [[3, 24]]
+    assert s["throughput_window"]["excluded_steps"] == {"warmup": [1, 2], "tensor_memory": [2]}
+    assert s["process_group_backend"] is None          # one plain process: no group at all
 
 
 def test_two_node_launch_matches_ddp_at_2_ranks(runs: RunCache) -> None:

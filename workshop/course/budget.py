@@ -4,7 +4,10 @@
     python -m workshop.course.budget --profile <site> --instructor-run               # submit the costly jobs once
 
 Figures are *requested allocation*: GPUs x the step's time limit, as sbatch reserves them. A job
-that ends early gives the rest back, so real use is lower; no GPU run has measured it yet.
+that ends early gives the rest back, so real use is lower; no GPU run has measured it yet. "Fewest
+steps counted" is, over a notebook's training jobs, the fewest optimizer steps a job's summary
+throughput counts (workshop.training.counted_steps: all but the warm-up and the instrumented steps):
+a speed-up between two GPU counts is only as good as the steady steps behind it.
 
 Instructor-run mode: the costly jobs (at least `[course] instructor_min_gpus` GPUs, or 2+ nodes)
 run once, by the instructor, into the profile's `[course] instructor_jobs` folder. A student's
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workshop.training.config import ConfigError
+from workshop.training.counted_steps import counted_steps
+from workshop.training.fsdp_rules import expected_steps
 from workshop.slurm.profiles import Profile, ProfileError, load_profile, time_seconds
 from workshop.slurm.shared import is_costly
 
@@ -82,6 +87,8 @@ class JobCost:
     gpus: int            # GPUs (processes) of the whole job
     hours: float         # the step's time limit
     costly: bool         # run by the instructor in instructor-run mode
+    steps: int | None = None           # optimizer steps of a training job (None: the bandwidth gate)
+    counted_steps: int | None = None   # of them, those its summary's throughput counts
 
     @property
     def gpu_hours(self) -> float:
@@ -89,14 +96,19 @@ class JobCost:
 
 
 def job_cost(notebook: str, run: str, spec: dict[str, Any], profile: Profile) -> JobCost:
-    from workshop.slurm.steps import step_config
+    from workshop.slurm.steps import get_step, step_config
 
     spec = dict(spec)
     step = spec.pop("step")
     cfg = step_config(step, profile, spec)
     gpus = cfg.nodes * cfg.procs_per_node
+    steps = counted = None
+    if get_step(step).program == "train":
+        steps = cfg.max_steps or expected_steps(cfg.train_size, cfg.epochs, cfg.batch_size, cfg.effective_grad_acc,
+                                                cfg.world_size)
+        counted = len(counted_steps(steps))
     return JobCost(notebook, run, step, cfg.nodes, gpus, time_seconds(profile.time_for(step)) / 3600,
-                   is_costly(cfg, profile))
+                   is_costly(cfg, profile), steps, counted)
 
 
 def costs(profile: Profile) -> list[JobCost]:
@@ -111,7 +123,9 @@ def budget_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
         mine = [c for c in costs(profile) if c.notebook == nb]
         each = sum(c.gpu_hours for c in mine)
         costly = sum(c.gpu_hours for c in mine if c.costly)
+        counted = [c.counted_steps for c in mine if c.counted_steps is not None]
         rows.append({"notebook": nb, "jobs": len(mine), "max_gpus": max(c.gpus for c in mine),
+                     "min_counted_steps": min(counted, default=None),
                      "gpu_h_per_student": each, "gpu_h_class": each * students,
                      "gpu_h_class_instructor_run": (each - costly) * students + costly})
     return rows
@@ -120,15 +134,15 @@ def budget_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
 def markdown(profile: Profile, students: int) -> str:
     """The class-budget table of docs/instructor.md."""
     rows = budget_rows(profile, students)
-    head = ("| notebook | jobs | largest job (GPUs) | GPU-h per student | GPU-h, class of "
+    head = ("| notebook | jobs | largest job (GPUs) | fewest steps counted | GPU-h per student | GPU-h, class of "
             f"{students} | GPU-h, class of {students}, instructor runs the costly jobs |")
-    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append(f"| {r['notebook']} | {r['jobs']} | {r['max_gpus']} | {r['gpu_h_per_student']:.2f} | "
-                     f"{r['gpu_h_class']:.1f} | {r['gpu_h_class_instructor_run']:.1f} |")
+        lines.append(f"| {r['notebook']} | {r['jobs']} | {r['max_gpus']} | {r['min_counted_steps']} | "
+                     f"{r['gpu_h_per_student']:.2f} | {r['gpu_h_class']:.1f} | {r['gpu_h_class_instructor_run']:.1f} |")
     total = {k: sum(r[k] for r in rows) for k in ("jobs", "gpu_h_per_student", "gpu_h_class",
                                                    "gpu_h_class_instructor_run")}
-    lines.append(f"| **all** | {total['jobs']} | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
+    lines.append(f"| **all** | {total['jobs']} | | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
                  f"{total['gpu_h_class_instructor_run']:.1f} |")
     return "\n".join(lines)
 

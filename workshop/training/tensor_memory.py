@@ -57,6 +57,8 @@ from typing import Any, Callable
 import torch
 from transformers import TrainerCallback
 
+from workshop.training.counted_steps import INSTRUMENTED_STEPS, instrumented_step
+
 MB = 2**20
 CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
 TRACKER_TO_CATEGORY = {
@@ -269,8 +271,9 @@ def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
 class TensorMemoryCallback(TrainerCallback):
     """Measures one optimizer step with PyTorch's memory tracker; keeps the training-only peaks."""
 
-    def __init__(self, device: torch.device, offload: bool, counter: Any = None, measure_step: int = 2) -> None:
-        self.device, self.offload, self.measure_step = device, offload, measure_step
+    def __init__(self, device: torch.device, offload: bool, counter: Any = None) -> None:
+        self.device, self.offload = device, offload
+        self.measure_step = INSTRUMENTED_STEPS["tensor_memory"]  # the throughput leaves this step out
         self.counter = counter  # workshop.training.metrics.StepCounter: the measured micro-batches' shapes
         self.shapes: list[tuple[int, ...]] = []
         self.model: torch.nn.Module | None = None  # the wrapped model; set by the training script
@@ -286,7 +289,7 @@ class TensorMemoryCallback(TrainerCallback):
         # training only: forget what the generation run on the untrained model allocated
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.measure_step = min(self.measure_step, max(1, state.max_steps))
+        self.measure_step = instrumented_step("tensor_memory", state.max_steps)
 
     def on_step_begin(self, args, state, control, optimizer=None, model=None, **kwargs):  # noqa: ANN001
         self._started = time.perf_counter()
