@@ -14,6 +14,7 @@ is called after every non-final micro-batch (gradient accumulation).
 
 What it costs: the other steps run untouched; `tensor_mem_overhead_pct` in summary.json is the
 tracked step's extra time over the median untracked step, as a share of the training time. The
+summary's throughput never counts the tracked step (workshop.training.counted_steps.INSTRUMENTED_STEPS). The
 tracker itself (a Python call per operator) made a tracked step 2-3x an untracked one on the tiny
 model (DDP with its module-level bookkeeping: 3.3x); two things here bring that to ~1.6-1.9x without
 changing a single figure it measures: `watch_category_peaks` (per-category maxima kept from the
