@@ -26,10 +26,8 @@ The drift of a pair is the largest relative difference over their per-epoch eval
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import sys
 from pathlib import Path
 from typing import Any
@@ -83,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="where the runs go (kept: a second call reuses the finished ones)")
     args = p.parse_args(argv)
 
-    from importlib.metadata import version
-
+    from benchmarks import machine
     from tests.runs import train
 
     load = os.getloadavg()[0]
@@ -144,12 +141,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary[precision]['other_seed_drift']:.2e} away")
 
     result = {
-        "what": "largest relative eval-loss difference between honest runs (DDP against each strategy, "
-                "full_shard against each), tiny model on CPU, at the course's step counts",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_1min_before": round(load, 2), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "versions": {name: version(name) for name in ("torch", "transformers", "accelerate")},
+        **machine.record("largest relative eval-loss difference between honest runs (DDP against each strategy, "
+                         "full_shard against each), tiny model on CPU, at the course's step counts", load),
         "margin": MARGIN, "by_precision": summary, "pairs": pairs, "runs": runs,
     }
     args.out.mkdir(parents=True, exist_ok=True)
