@@ -11,6 +11,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,21 +24,22 @@ pytestmark = pytest.mark.slow
 TIMEOUT_S = 10
 
 
-def job_processes(job_id: str) -> dict[int, int]:
-    """{rank: pid} of the training processes of a local job (found by the stop file the batch script exports)."""
-    marker = f"WORKSHOP_STOP_FILE=".encode()
-    suffix = f".usr1-{job_id.removeprefix('local-')}".encode()
+def job_processes(job: Any) -> dict[int, int]:
+    """{rank: pid} of the training processes of a local job: the processes whose stop file (which the batch
+    script exports, in the job's own folder) is this job's."""
+    marker = f"WORKSHOP_STOP_FILE={job.job_dir.resolve()}/.usr1-{job.job_id.removeprefix('local-')}".encode()
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             env = (entry / "environ").read_bytes().split(b"\0")
+            cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if any(v.startswith(marker) and v.endswith(suffix) for v in env):
+        if marker in env and b"workshop.training.train" in cmdline:
             ranks = [v for v in env if v.startswith(b"RANK=")]
-            if ranks and b"workshop.training.train" in (entry / "cmdline").read_bytes():
+            if ranks:
                 found[int(ranks[0].split(b"=")[1])] = int(entry.name)
     return found
 
@@ -52,7 +54,7 @@ def test_a_stopped_rank_fails_the_job_with_a_diagnosis_well_within_its_limit(tmp
         assert job.state() in (JobState.PENDING, JobState.RUNNING), job.tail(40)
         assert time.monotonic() < deadline, job.tail(40)
         time.sleep(0.2)
-    ranks = job_processes(job.job_id)
+    ranks = job_processes(job)
     assert sorted(ranks) == [0, 1], ranks
     os.kill(ranks[1], signal.SIGSTOP)            # rank 1 hangs: it never reaches its next collective
     stopped = time.monotonic()
