@@ -21,10 +21,14 @@ from workshop.training.trainer import STOP_CHECK_EVERY_GPU, CheckpointOnSignal, 
 
 
 def drive(window: ThroughputWindow, counter: StepCounter, max_steps: int, steps_per_epoch: int,
-          save_at: tuple[int, ...] = ()) -> None:
-    """The Trainer's loop, as far as the window sees it: two samples of 10 tokens per step."""
+          save_at: tuple[int, ...] = (), left_out: dict[int, str] | None = None) -> None:
+    """The Trainer's loop, as far as the window sees it: two samples of 10 tokens per step. `left_out`:
+    the steps the instrumented callbacks leave out at train start (registered after the window's own
+    on_train_begin, as the callbacks' order may have it); by default the tracker's and the recorder's."""
     state, control = TrainerState(max_steps=max_steps), TrainerControl()
     window.on_train_begin(None, state, control)
+    for step, reason in (left_out if left_out is not None else {2: "tensor_memory", 3: "comm"}).items():
+        counter.leave_out_of_throughput(step, reason)
     for step in range(1, max_steps + 1):
         window.on_step_begin(None, state, control)
         counter.add({"input_ids": torch.zeros(2, 5, dtype=torch.long), HOST_TOKENS: 10})
@@ -38,10 +42,10 @@ def drive(window: ThroughputWindow, counter: StepCounter, max_steps: int, steps_
 
 
 def test_the_counted_steps_leave_out_the_warm_up_and_every_instrumented_step() -> None:
-    assert steps.INSTRUMENTED_STEPS == {"tensor_memory": 2}
-    assert excluded_steps(63) == {"warmup": [1, 2, 3, 4, 5, 6], "tensor_memory": [2]}
-    assert counted_steps(63) == list(range(7, 64))                       # notebook 04 on the example site: 57
-    assert counted_steps(12) == list(range(3, 13))                       # the course's CPU runs: 1 warm-up step, step 2 traced
+    assert steps.INSTRUMENTED_STEPS == {"tensor_memory": 2, "comm": 3}
+    assert excluded_steps(63) == {"warmup": [1, 2, 3, 4, 5, 6], "tensor_memory": [2], "comm": [3]}
+    assert counted_steps(63) == list(range(7, 64))                       # inside the warm-up of a long run
+    assert counted_steps(12) == list(range(4, 13))                       # the course's CPU runs: 1 warm-up step, 2 tracked, 3 recorded
     assert counted_steps(2) == []                                        # too short: no throughput, said so
     assert counted_steps(30, first_step=20) == list(range(24, 31))       # a resumed run warms up again
 
@@ -53,21 +57,35 @@ def test_a_new_instrumented_step_is_left_out_by_adding_it_in_one_place(monkeypat
 
 
 def test_the_window_times_each_segment_with_one_sync_at_each_edge() -> None:
-    """24 steps, 6 per epoch: the counted steps 3..24 fall into four segments, cut by the epochs' ends
+    """24 steps, 6 per epoch: the counted steps 4..24 fall into five segments, cut by the epochs' ends
     (their evaluations are not training) and a checkpoint save after step 10. Two syncs per segment,
     none inside: a GPU's queue never drains between two steps of a segment."""
     syncs: list[int] = []
     counter = StepCounter()
     window = ThroughputWindow(counter, torch.device("cpu"), sync=lambda: syncs.append(counter.seen_samples))
     drive(window, counter, max_steps=24, steps_per_epoch=6, save_at=(10,))
-    assert window.segments == [[3, 6], [7, 10], [11, 12], [13, 18], [19, 24]]
+    assert [seg[:2] for seg in window.segments] == [[4, 6], [7, 10], [11, 12], [13, 18], [19, 24]]
     assert len(syncs) == 2 * len(window.segments)
-    assert window.samples == 2 * 22 and window.tokens == 10 * 22        # steps 3..24 only
+    assert window.samples == 2 * 21 and window.tokens == 10 * 21        # steps 4..24 only
     figures = window.figures(lambda value: [value, value], lambda seq: 1.0, None)   # two ranks, equal
-    assert figures["throughput_window"]["counted_steps"] == [[3, 24]]
-    assert figures["throughput_window"]["steps_counted"] == 22
-    assert figures["throughput_window"]["excluded_steps"] == {"warmup": [1, 2], "tensor_memory": [2]}
-    assert figures["train_samples_per_s"] == round(2 * 44 / round(window.seconds, 6), 3)
+    w = figures["throughput_window"]
+    assert w["counted_steps"] == [[4, 24]] and w["steps_counted"] == 21
+    assert w["excluded_steps"] == {"comm": [3], "tensor_memory": [2], "warmup": [1, 2]}
+    assert w["samples"] == 2 * 42 and w["seconds"] == round(window.seconds, 6)
+    assert abs(w["seconds"] - sum(seg[2] for seg in w["segments"])) < 1e-5   # the figure's time is its segments'
+    assert figures["train_samples_per_s"] == round(2 * 42 / w["seconds"], 3)
+
+
+def test_a_step_left_out_by_any_callback_leaves_the_window() -> None:
+    """StepCounter.leave_out_of_throughput is the one way out of the window: a step registered there by
+    any callback, whatever the callbacks' order at train start, is never timed nor counted; a run that
+    records nothing (comm_record=false) counts its step 3."""
+    counter = StepCounter()
+    window = ThroughputWindow(counter, torch.device("cpu"))
+    drive(window, counter, max_steps=20, steps_per_epoch=20, left_out={2: "tensor_memory", 9: "profiler"})
+    assert [seg[:2] for seg in window.segments] == [[3, 8], [10, 20]]
+    assert counter.left_out == {"warmup": [1, 2], "tensor_memory": [2], "profiler": [9]}
+    assert window.samples == 2 * 17
 
 
 def test_a_cuda_window_synchronizes_the_device() -> None:

@@ -36,6 +36,7 @@ MIN_FREE_MB = 64
 STEP_LINE = re.compile(r"\[workshop\] step (\d+)/(\d+)")
 # "[rank0]: workshop.training.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(error: .+)")   # workshop.training.train's one-line ConfigError
+START_LINE = re.compile(r"^\[job\] start (\S+)", re.M)
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Mismatch|Interrupt)): (.+)")
 
 
@@ -130,23 +131,40 @@ class Job:
 
     def log_marks(self) -> tuple[bool, bool]:
         """(started, ended well) from the job's own log: `[job] start` near its top, `[job] end` last."""
-        try:
-            with open(self.log_path, errors="replace") as f:
-                head = f.read(16384)
-        except FileNotFoundError:
-            return False, False
+        head = self._log_head()
         started = "\n[job] start " in f"\n{head}"
         return started, started and self.tail(2).rstrip().rsplit("\n", 1)[-1].startswith("[job] end ")
 
+    def _log_head(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read(16384)
+        except FileNotFoundError:
+            return ""
+
+    def log_times(self) -> tuple[datetime | None, datetime | None]:
+        """The stamps of the log's `[job] start` (near its top) and `[job] end` (its last line, so a job
+        that ended well); None where the log does not say it (yet)."""
+        m = START_LINE.search(self._log_head())
+        if m is None:
+            return None, None
+        last = self.tail(2).rstrip().rsplit("\n", 1)[-1]
+        words = last.split()
+        return _stamp(m.group(1)), (_stamp(words[2]) if len(words) > 2 and last.startswith("[job] end ") else None)
+
     def elapsed(self) -> float | None:
-        """Run time by the scheduler's clock: Slurm's Elapsed once it ended, else since Slurm's start."""
+        """Run time: Slurm's Elapsed once it ended; until then the job's own stamps, one clock (its log's
+        `[job] start` to its `[job] end`, or to now while it runs), so that a job of a few seconds shows its
+        time while the poller waits for its next slot. Slurm's Start stands in for a log without a stamp."""
         rec = self.record
         if rec.elapsed_s is not None:
             return rec.elapsed_s
-        if rec.started_at is None:
+        start, end = self.log_times()
+        if start is None and rec.started_at is not None:
+            start = datetime.fromisoformat(rec.started_at).astimezone()   # sacct's Start is local time
+        if start is None:
             return None
-        start = datetime.fromisoformat(rec.started_at)
-        return max(0.0, (datetime.now(start.tzinfo) - start).total_seconds())
+        return max(0.0, ((end or datetime.now(start.tzinfo)) - start).total_seconds())
 
     def _slurm_times(self, state: JobState | None) -> None:
         start, elapsed = slurm_backend.POLLER.times(self.job_id)
@@ -214,6 +232,14 @@ class Job:
         return ""
 
 
+def _stamp(text: str) -> datetime | None:
+    """A log's stamp (`date -Is` or to the millisecond), as an aware time; None if it is not one."""
+    try:
+        return datetime.fromisoformat(text).astimezone()
+    except ValueError:
+        return None
+
+
 def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
     """Short hash of what makes two submissions the same job."""
     # output_dir is the job folder itself; resume continues the same job, it is not another one
@@ -275,13 +301,13 @@ class Submission:
             cfg = wrap_function.carry(cfg, job_dir)     # the job runs its own copy of the student's file
             cfg.to_json(job_dir / "config.json")
             rec = JobRecord(job_id="", backend=prof.backend, step=self.step, profile=prof.name, name=self.job_name,
-                            job_dir=str(job_dir), history=history)
+                            job_dir=str(job_dir), history=history, sacct_interval_s=prof.sacct_interval_s)
             if prof.backend == "local":
                 cpus = cfg.procs_per_node * prof.partition_for(self.step).cpus_per_proc
                 rec.job_id = local_backend.submit(rec, prof, cpus, job_dir.parent, nodes=cfg.nodes)
             else:
                 rec.job_id = slurm_backend.submit(rec)
-                slurm_backend.POLLER.watch(rec.job_id)
+                slurm_backend.POLLER.watch(rec.job_id, rec.sacct_interval_s)
             rec.save()
         return Job(rec)
 

@@ -105,7 +105,22 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     return out
 
 
+def nccl_exports(profile: Profile) -> list[str]:
+    """The site's fabric ([nccl] of the profile): NCCL's interface, HCAs, network plugin and its variables."""
+    out = [f"export {k}={shell_value(v)}" for k, v in profile.nccl.items()]
+    if profile.nccl_plugin_path:      # after the CUDA paths were dropped: the plugin's folder comes first
+        out.append(f'export LD_LIBRARY_PATH={shell_value(profile.nccl_plugin_path)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+                   "   # the NCCL network plugin's libnccl-net*.so")
+    return out
+
+
 def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -> str:
+    if get_step(step).program == "preflight":     # workshop preflight: the node's facts, free disk where jobs write
+        # the jobs folder, and the profile's scratch folder where it names one (getattr: a profile field of
+        # the checkpoints' scratch space may not exist in this version)
+        folders = {"jobs": str(config_path.parent.parent), "scratch": getattr(profile, "scratch", "")}
+        return " ".join(["-m workshop.slurm.node_check --config", shlex.quote(str(config_path)),
+                         *(f"--folder {shell_value(f'{k}={v}')}" for k, v in folders.items() if v)])
     if get_step(step).program == "bandwidth":
         args = ["-m", "workshop.results.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
@@ -131,10 +146,12 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
     exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
     exports.append(f"export WANDB_DIR={shlex.quote(str(job_dir))}")
     exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
+    exports += nccl_exports(profile)
     if info.program == "bandwidth":
         exports.append("export NCCL_DEBUG=INFO   # the gate's log keeps NCCL's transport lines (P2P, SHM, NET/IB...)")
     launch_name = ("launch-nodes.sh" if config.nodes > 1 else
-                   "launch-process.sh" if config.procs_per_node == 1 and info.program == "train" else "launch-node.sh")
+                   "launch-process.sh" if config.procs_per_node == 1 and info.program in ("train", "preflight")
+                   else "launch-node.sh")
     launch = template(launch_name).substitute(
         procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json"),
         rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}; WORKSHOP_RDZV_HOST_FIRST=0   "

@@ -1,7 +1,10 @@
 """Which optimizer steps the summary's throughput counts (workshop.training.throughput times them).
 
 Step arithmetic only, no torch import: the class budget (workshop.course.budget) counts a site's steps
-with the very rules a run applies.
+with the very rules a run applies. At run time every left-out step goes through the one place,
+`workshop.training.metrics.StepCounter.leave_out_of_throughput` (the window's warm-up, the tracker's step,
+the recorded communication step); these functions predict what a fresh run of at least 3 steps leaves
+out, and a test checks a real run's summary against them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 # callback reads its step from here (a run shorter than the step instruments its last one).
 INSTRUMENTED_STEPS: dict[str, int] = {
     "tensor_memory": 2,     # workshop.training.tensor_memory: PyTorch's memory tracker over the whole step
+    "comm": 3,              # workshop.training.comm_recorder: the profiler that records the step's collectives
 }
 
 

@@ -17,7 +17,7 @@ import json
 import re
 import resource
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,24 @@ class StepCounter:
     seen_samples: int = 0
     seen_tokens: int = 0
     last_shape: tuple[int, ...] = ()
+    # the steps the summary's throughput leaves out, by reason: see leave_out_of_throughput
+    left_out: dict[str, list[int]] = field(default_factory=dict)
+
+    def leave_out_of_throughput(self, step: int, reason: str) -> None:
+        """THE one place a step leaves the summary's throughput: the warm-up steps
+        (workshop.training.throughput.ThroughputWindow), the tensor-memory tracker's step
+        (workshop.training.tensor_memory) and the recorded communication step
+        (workshop.training.comm_recorder) all come through here, at train start, before the first step.
+        The window then times only the steps nobody left out: a step run under a tracker or a profiler
+        (a dispatch mode, a trace) is several times slower than training, and the first steps pay for
+        start-up. `step` is 1-based over the run; `reason` is how summary.json names it."""
+        steps = self.left_out.setdefault(reason, [])
+        if step not in steps:
+            steps.append(step)
+
+    def left_out_steps(self) -> set[int]:
+        """Every step left out, whatever the reason."""
+        return {s for steps in self.left_out.values() for s in steps}
 
     def add(self, batch: dict[str, Any]) -> None:
         """Count one micro-batch and take the collator's token count out of it (the model never sees it)."""

@@ -4,8 +4,11 @@ What summary.json's `train_samples_per_s`, `train_tokens_per_s` and `mfu` count:
 of the run except
 - the warm-up: the first `warmup_steps(max_steps)` steps after train start (or resume), which pay for
   the CUDA context, NCCL's communicators, FSDP's lazy initialisation and the allocator's growth;
-- every instrumented step (`workshop.training.counted_steps.INSTRUMENTED_STEPS`): a step run under PyTorch's memory tracker (a
-  dispatch mode: a Python call per operator) or a profiler is several times slower than training.
+- every instrumented step: a step run under PyTorch's memory tracker (a dispatch mode: a Python call
+  per operator, workshop.training.tensor_memory) or the profiler that records the step's collectives
+  (workshop.training.comm_recorder) is several times slower than training.
+Every one of them, the warm-up included, is left out through `StepCounter.leave_out_of_throughput`
+(the one place), at train start; the window counts the steps nobody left out.
 Their steps fall into segments of consecutive counted steps. A segment also ends before what is
 not training: an evaluation (at each epoch's end) and a checkpoint save. Each segment is timed from
 its first step's `on_step_begin` to its last step's `on_step_end`, with the device synchronised at
@@ -24,7 +27,7 @@ from typing import Any, Callable
 import torch
 from transformers import TrainerCallback
 
-from workshop.training.counted_steps import as_ranges, counted_steps, excluded_steps
+from workshop.training.counted_steps import as_ranges, warmup_steps
 
 def device_sync(device: torch.device) -> Callable[[], None]:
     """What waits for the device's queued work: torch.cuda.synchronize on a GPU; nothing on a CPU,
@@ -47,17 +50,31 @@ class ThroughputWindow(TrainerCallback):
         self.sync = sync or device_sync(device)
         self.excluded: dict[str, list[int]] = {}
         self.counted: set[int] = set()
-        self.segments: list[list[int]] = []          # [first, last] step of each timed segment
+        self.segments: list[list[Any]] = []          # [first, last(, seconds once closed)] of each timed segment
         self.seconds = 0.0
         self.samples = 0
         self.tokens = 0
         self._open: tuple[float, int, int] | None = None
+        self._steps: tuple[int, int] | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
-        self.excluded = excluded_steps(state.max_steps, state.global_step)
-        self.counted = set(counted_steps(state.max_steps, state.global_step))
+        first = state.global_step   # > 0 after a resume: its first steps warm up again
+        for step in range(first + 1, min(state.max_steps, first + warmup_steps(state.max_steps)) + 1):
+            self.counter.leave_out_of_throughput(step, "warmup")
+        self._steps = (first, state.max_steps)
+        self.counted = set()
+
+    def _settle(self) -> None:
+        """The counted steps, once every callback's on_train_begin has left its steps out."""
+        if self._steps is not None:
+            first, last = self._steps
+            left_out = self.counter.left_out_steps()
+            self.counted = {s for s in range(first + 1, last + 1) if s not in left_out}
+            self.excluded = {reason: sorted(steps) for reason, steps in sorted(self.counter.left_out.items())}
+            self._steps = None
 
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
+        self._settle()
         step = state.global_step + 1
         if self._open is None and step in self.counted:
             self._open = self._mark()
@@ -89,6 +106,7 @@ class ThroughputWindow(TrainerCallback):
         t1, samples1, tokens1 = self._mark()
         t0, samples0, tokens0 = self._open
         self.seconds += t1 - t0
+        self.segments[-1].append(round(t1 - t0, 6))    # [first, last, seconds]: the record of what was timed
         self.samples += samples1 - samples0
         self.tokens += tokens1 - tokens0
         self._open = None
@@ -101,13 +119,15 @@ class ThroughputWindow(TrainerCallback):
                 peak_tflops: float | None) -> dict[str, Any]:
         """The summary's throughput fields. Every rank must call it (`gather` is a collective): samples
         and tokens are summed over the ranks, the time is the slowest rank's."""
-        per_rank = gather((self.samples, self.tokens, round(self.seconds, 6)))
+        per_rank = gather((self.samples, self.tokens, round(self.seconds, 6), self.segments))
         samples = sum(r[0] for r in per_rank)
         tokens = sum(r[1] for r in per_rank)
-        seconds = max(r[2] for r in per_rank)
-        steps = [s for first, last in self.segments for s in range(first, last + 1)]
+        slowest = max(per_rank, key=lambda r: r[2])
+        seconds = slowest[2]
+        steps = [s for first, last, *_ in self.segments for s in range(first, last + 1)]
         window = {"counted_steps": as_ranges(steps), "steps_counted": len(steps), "excluded_steps": self.excluded,
-                  "seconds": round(seconds, 3),
+                  "samples": samples, "tokens": tokens, "seconds": seconds,
+                  "segments": slowest[3],   # the slowest rank's [first step, last step, seconds]: `seconds` sums them
                   "clock": "torch.cuda.synchronize at each segment's edges" if self.device.type == "cuda"
                   else "host clock (CPU operators are synchronous)"}
         if not steps or seconds <= 0:

@@ -219,10 +219,22 @@ def training_kwargs(cfg: RunConfig, device: "Any", world: int) -> dict[str, Any]
         # ones (Trainer's default for a model without gradient checkpointing is to search, which
         # warns in every DDP log and costs an extra autograd-graph traversal per step)
         ddp_find_unused_parameters=False,
-        activation_checkpointing=cfg.activation_checkpointing and not cfg.is_fsdp,
     )
+    kwargs[checkpointing_argument()] = cfg.activation_checkpointing and not cfg.is_fsdp
     kwargs.update(trainer_sharding_kwargs(cfg))
     return kwargs
+
+
+def checkpointing_argument() -> str:
+    """TrainingArguments' name for the Trainer's own activation checkpointing: `activation_checkpointing` in
+    transformers 5.23 (the pin; `gradient_checkpointing` is its deprecated alias there), while 5.17 (the lent
+    GPU machine's) knows only `gradient_checkpointing` and raises TypeError on the other."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def configure_wandb(cfg: RunConfig) -> None:
@@ -279,12 +291,18 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
                           "run without resume, and save checkpoints next time (checkpoint_every=N, or a site "
                           "profile with signal_lead_s so Slurm warns the job before its time limit)")
 
+    if cfg.comm_record:
+        from workshop.training.comm_recorder import enable_flight_recorder
+
+        enable_flight_recorder()  # before the process group exists: it reads the switch when a group is made
+
     import torch
     import torch.distributed as dist
     from transformers.utils import logging as hf_logging
 
-    from workshop.training import data, evaluation, models, run_record, sharding, wrap_function
+    from workshop.training import data, evaluation, models, run_record, scaler, sharding, wrap_function
     from workshop.training.batch_probe import GlobalBatchProbe
+    from workshop.training.comm_recorder import CommRecorder
     from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
     from workshop.training.tensor_memory import TensorMemoryCallback
     from workshop.training.throughput import ThroughputWindow
@@ -331,12 +349,14 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     callback.records.extend(prior)
     # the instrumented steps (counted_steps.INSTRUMENTED_STEPS) run under these; the window counts the others
     callback.tensor_memory = tensor_mem = TensorMemoryCallback(device, cfg.offload, counter)
+    # first among the callbacks: its step's trace closes before their collectives (stop flag, logs)
+    comm = CommRecorder(out, device, counter, hosts, rank, is_main, cfg.comm_record, tensor_mem.measure_step)
     stopper = CheckpointOnSignal(is_main, stop_requested, every=stop_check_every(device))
     callback.window = window = ThroughputWindow(counter, device)   # after `stopper`: a save ends its segment
     batch_probe = GlobalBatchProbe(counter)
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[tensor_mem, callback, stopper, window, batch_probe], counter=counter)
+                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -403,11 +423,12 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "mfu": throughput["mfu"],
         "process_group_backend": str(dist.get_backend()) if dist.is_initialized() else None,
         "collective_timeout_s": collective_timeout_s(cfg) if dist.is_initialized() else None,
-        "grad_scale": grad_scale(trainer),
+        "grad_scaler": scaler.describe(getattr(trainer.accelerator, "scaler", None)),
         "em_before": before.get("exact_match"), "f1_before": before.get("f1"),
         "em_after": after.get("exact_match"), "f1_after": after.get("f1"),
         "sample_predictions": after.get("examples"),
         "train_runtime_s": round(train_runtime, 2),
+        "comm": comm.summary(train_runtime),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config), **batch_figures)
     if is_main:
@@ -445,13 +466,6 @@ def applied_fsdp_fields(cfg: RunConfig, applied: dict[str, Any], local_shapes: l
         "local_shapes_per_rank": {name: [rank.get(name) for rank in local_shapes]
                                   for name in (applied.get("param_shapes") or {})},
     }
-
-
-def grad_scale(trainer: Any) -> float | None:
-    """The fp16 gradient scaler's scale at the end of training (None without a scaler): a scale that
-    collapsed towards 0 means the gradients kept overflowing fp16."""
-    scaler = getattr(trainer.accelerator, "scaler", None)
-    return float(scaler.get_scale()) if scaler is not None and scaler.is_enabled() else None
 
 
 def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> float:
