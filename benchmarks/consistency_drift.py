@@ -68,6 +68,13 @@ PRECISIONS = {"fp32": ("cpu course",), "bf16": ("cpu course", "example site", "s
 OTHER_SEED = ["--seed", "7"]
 
 
+def scale_of(summary: dict[str, Any]) -> float | None:
+    """fp16's loss scale at the end of the run: summary.json's `grad_scaler` (a run written before that
+    field was named so, kept in --work, has `grad_scale`). Each halving from 65536 is a skipped step."""
+    scaler = summary.get("grad_scaler")
+    return scaler.get("scale") if isinstance(scaler, dict) else summary.get("grad_scale")
+
+
 def drift(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) / max(abs(x), abs(y), 1e-12) for x, y in zip(a, b, strict=True))
 
@@ -131,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"{key}: the run failed (rc {run.returncode})")
         s = json.loads((folder / "summary.json").read_text())
         runs[key] = {"precision": precision, "length": length, "ranks": ranks, "name": name, "steps": s["steps"],
-                     "eval_losses": s["eval_losses"], "grad_scale": s.get("grad_scale"),
+                     "eval_losses": s["eval_losses"], "grad_scale": scale_of(s),
                      "mp_param_dtype": s.get("mp_param_dtype"), "mp_reduce_dtype": s.get("mp_reduce_dtype")}
         print(f"{key}: {s['steps']} steps, eval losses {s['eval_losses'][0]:.4f} .. {s['final_eval_loss']:.4f}, "
-              f"grad scale {s.get('grad_scale')}", flush=True)
+              f"grad scale {scale_of(s)}", flush=True)
 
     pairs = pairs_of(runs)
     bounds: dict[str, dict[str, Any]] = {}
