@@ -43,15 +43,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.tensor_memory_overhead import STRATEGIES as NOTEBOOK_03  # noqa: E402
+
 MARGIN = 3.0   # the tolerance is this many times the largest drift measured at a length
-STRATEGIES = {
-    "ddp": ["--sharding", "ddp"],
-    "full_shard": ["--sharding", "full_shard"],
-    "shard_grad_op": ["--sharding", "shard_grad_op"],
-    "offload": ["--sharding", "full_shard", "--offload"],
-    "activation_checkpointing": ["--sharding", "full_shard", "--activation-checkpointing"],
-    "hybrid_shard": ["--sharding", "hybrid_shard", "--hybrid-replicas", "2"],
-}
+# notebook 03's strategies (the overhead benchmark's list) and notebook 05's hybrid pair
+STRATEGIES = {**NOTEBOOK_03, "hybrid_shard": ["--sharding", "hybrid_shard", "--hybrid-replicas", "2"]}
 LONG = ["--train-size", "48", "--max-steps", "125"]
 # length -> {ranks: (strategies, flags)}; tests/runs.py's BASE_FLAGS give 24 examples, batch 2, 2 epochs, lr 5e-3
 LENGTHS: dict[str, dict[int, tuple[tuple[str, ...], list[str]]]] = {
