@@ -105,7 +105,7 @@ def test_steady_state_leaves_out_the_records_the_summary_does_not_count() -> Non
     recs = [{"kind": "train", "step": s, "step_time_s": 1.0, "samples_per_s": 4.0, "tokens_per_s": 40.0,
              "tflops": None, "mfu": None, "counted": s != 2} for s in (1, 2, 3)]
     assert bench.steady_state(recs, warmup=1)["measured_steps"] == 1          # step 2: the memory tracker's
-    assert bench.steps_to_measure(1, 1) == 3 and bench.steps_to_measure(3, 10) == 13
+    assert bench.steps_to_measure(1, 1) == 4 and bench.steps_to_measure(3, 10) == 13   # steps 2 and 3 instrumented
 
 
 def test_steady_state_drops_warmup_and_weights_by_time() -> None:

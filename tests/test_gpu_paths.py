@@ -8,6 +8,7 @@ a hung rank fails its job within the collective timeout (tests/test_hung_rank.py
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,6 @@ from workshop.slurm.jobs import prepare
 from workshop.slurm.profiles import available, load_profile, time_seconds
 from workshop.slurm.render import collective_timeout_for
 from workshop.slurm.steps import STEPS, step_config
-from workshop.training import consistency
 from workshop.training.config import ConfigError, RunConfig
 from workshop.training.gpus import bf16_capable, lacks_bf16
 from workshop.training.train import check_precision_on_gpu, collective_timeout_s, process_group_backend, training_kwargs
@@ -102,15 +102,15 @@ def test_a_students_policy_dtype_follows_the_sites_precision() -> None:
 @pytest.mark.slow
 def test_fp16_with_the_gradient_scaler_trains_under_fsdp2_on_cpu(runs: RunCache) -> None:
     """The V100 path, as far as CPU autocast allows: FSDP2 with accelerate's fp16 MixedPrecisionPolicy and
-    a GradScaler whose found-inf check is all-reduced over the ranks (a step skipped on one rank is skipped
-    on all: the ranks' losses stay one model's). DDP beside it: fp16 autocast, fp32 gradients, the scaler."""
-    fsdp = runs.get("--sharding", "full_shard", "--precision", "fp16", nproc=2).summary     # the course's 12 steps
-    ddp = runs.get("--sharding", "ddp", "--precision", "fp16", nproc=2).summary
+    a GradScaler, the course's 12 steps. The scaler skipped the steps whose fp16 gradients overflowed
+    (each halved its scale from 65536) and the run still trained. One run, not a DDP beside it (the suite's
+    budget): how far DDP and FSDP2 drift apart in fp16 is benchmarks/consistency_drift.py's measurement,
+    which the tolerance tests hold to (tests/test_fsdp_config.py)."""
+    fsdp = runs.get("--sharding", "full_shard", "--precision", "fp16", nproc=2).summary
     assert (fsdp["mp_param_dtype"], fsdp["mp_reduce_dtype"]) == ("float16", "float16")
-    for s in (fsdp, ddp):
-        scaler = s["grad_scaler"]
-        assert s["precision"] == "fp16" and scaler["enabled"] and 0 < scaler["scale"] <= scaler["init_scale"]
-        assert all(loss == loss for loss in s["eval_losses"]) and s["final_eval_loss"] < 6.8   # finite; trained
-                                                                                            # (untrained: ln 1024 = 6.93)
-    ok, why = consistency.losses_consistent(ddp, fsdp)
-    assert ok, why
+    scaler = fsdp["grad_scaler"]
+    assert fsdp["precision"] == "fp16" and scaler["enabled"] and scaler["init_scale"] == 65536.0
+    skipped = math.log2(scaler["init_scale"] / scaler["scale"])
+    assert skipped == int(skipped) and 0 <= skipped <= 4, scaler                      # a few skipped, then stable
+    assert all(math.isfinite(loss) for loss in fsdp["eval_losses"]) and fsdp["final_eval_loss"] < 6.8   # trained
+                                                                                    # (untrained: ln 1024 = 6.93)

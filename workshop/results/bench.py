@@ -155,7 +155,7 @@ def train_size_for(global_batch: int, max_steps: int, available: int = FIXTURE_T
 
 def steps_to_measure(warmup: int, measure: int) -> int:
     """Steps to run for `measure` records after the warm-up that are not an instrumented step (the memory
-    tracker's: the run's summary and steady_state leave it out)."""
+    tracker's and the communication recorder's: the run's summary and steady_state leave them out)."""
     from workshop.training.counted_steps import INSTRUMENTED_STEPS
 
     steps = warmup + measure
