@@ -37,7 +37,7 @@ def test_cpu_smoke_run_completes_every_configuration(smoke: tuple[int, Path]) ->
     assert [r["name"] for r in result["configs"]] == ["baseline", "full_shard"]
     for row in result["configs"]:
         assert row["status"] == "completed"
-        assert row["measured_steps"] == 1 and row["steps"] == 3  # the warm-up record and the tracker's step 2 dropped
+        assert row["measured_steps"] == 1 and row["steps"] == 4  # the warm-up record, the tracker's step 2 and the recorded step 3 dropped
         assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
         assert row["mfu"] is None  # no honest peak on a CPU
         assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == bench.SEQ_LEN

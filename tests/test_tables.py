@@ -10,6 +10,7 @@ import pytest
 from tests.logs_fixtures import LOGS, REAL_LOG, REAL_RUN
 from workshop.results import tables
 from workshop.results.logs import parse_text
+from workshop.results.memory import estimate_config
 
 
 def run(label: str, **summary: object) -> "tables.ParsedLog":
