@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime as dt
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -34,10 +32,7 @@ sys.path.insert(0, str(REPO))
 BOUND_S = 5.0   # seconds per submission on 2 cores (issue 13)
 
 
-def versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    return {name: version(name) for name in ("nbgrader", "papermill", "torch", "transformers", "ipykernel")}
+PACKAGES = ("nbgrader", "papermill", "torch", "transformers", "ipykernel")
 
 
 def genuine_submission(scratch: Path) -> Path:
@@ -56,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "cpu")
     args = p.parse_args(argv)
 
+    from benchmarks import machine
     from tests.grading import Course
 
     with tempfile.TemporaryDirectory(prefix="grade-class-") as tmp:
@@ -75,12 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
     per = took / args.students
     result = {
-        "what": "python -m workshop.course.grade (autograde, integrity review, feedback) of N copies of one genuine "
-                "notebook-01 submission",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_1min_before": round(load, 2), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "versions": versions(),
+        **machine.record("python -m workshop.course.grade (autograde, integrity review, feedback) of N copies of one "
+                         "genuine notebook-01 submission", load, PACKAGES),
         "students": args.students, "jobs": args.jobs, "seconds": round(took, 1),
         "seconds_per_submission": round(per, 2), "bound_s": BOUND_S, "grade_exit_code": proc.returncode,
         "every_submission_full_marks": all_full,

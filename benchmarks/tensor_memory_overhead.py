@@ -16,10 +16,8 @@ and each run's figure; exit 1 if one is over the bound.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import sys
 import tempfile
 from pathlib import Path
@@ -42,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "cpu")
     args = p.parse_args(argv)
 
-    from importlib.metadata import version
-
+    from benchmarks import machine
     from tests.runs import train
 
     load = os.getloadavg()[0]
@@ -57,11 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"measuring cost {summary['tensor_mem_overhead_pct']} %")
     worst = max(r["tensor_mem_overhead_pct"] for r in runs.values())
     result = {
-        "what": "tensor_mem_overhead_pct of notebook 03's strategies, 2 ranks, 12 optimizer steps, tiny model",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_1min_before": round(load, 2), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "versions": {name: version(name) for name in ("torch", "transformers", "accelerate")},
+        **machine.record("tensor_mem_overhead_pct of notebook 03's strategies, 2 ranks, 12 optimizer steps, tiny model",
+                         load),
         "runs": runs, "worst_pct": worst, "bound_pct": BOUND_PCT, "met": worst <= BOUND_PCT,
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,8 @@ def main(out: Path) -> None:
     hosts = ["probe-node"] * dist.get_world_size()
     for name in ("ok", "blocked", "raw"):
         (out / name).mkdir(parents=True, exist_ok=True)
-    ok = CommRecorder(out / "ok", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, avoid_step=2)
+    ok_counter = StepCounter()
+    ok = CommRecorder(out / "ok", torch.device("cpu"), ok_counter, hosts, rank, rank == 0, avoid_step=2)
     blocked = CommRecorder(out / "blocked", torch.device("cpu"), StepCounter(), hosts, rank, rank == 0, record_step=4)
     off_counter = StepCounter()
     off = CommRecorder(out / "off", torch.device("cpu"), off_counter, hosts, rank, rank == 0, enabled=False)
@@ -75,7 +76,8 @@ def main(out: Path) -> None:
         for recorder in reversed(recorders):
             recorder.on_step_end(None, state, None)
     done = {"rank": rank, "trained": trained, "ok": ok.summary(1.0), "blocked": blocked.summary(1.0),
-            "off": off.summary(1.0), "off_left_out_steps": off_counter.left_out_steps}
+            "off": off.summary(1.0), "off_left_out": off_counter.left_out,
+            "ok_left_out": ok_counter.left_out}
     (out / f"done-{rank}.json").write_text(json.dumps(done))
     dist.barrier()
     dist.destroy_process_group()

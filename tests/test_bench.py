@@ -37,7 +37,7 @@ def test_cpu_smoke_run_completes_every_configuration(smoke: tuple[int, Path]) ->
     assert [r["name"] for r in result["configs"]] == ["baseline", "full_shard"]
     for row in result["configs"]:
         assert row["status"] == "completed"
-        assert row["measured_steps"] == 1 and row["steps"] == 2  # the warm-up record is dropped
+        assert row["measured_steps"] == 1 and row["steps"] == 4  # the warm-up record, the tracker's step 2 and the recorded step 3 dropped
         assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
         assert row["mfu"] is None  # no honest peak on a CPU
         assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == bench.SEQ_LEN
@@ -99,6 +99,13 @@ def test_refuses_to_write_cpu_numbers_into_benchmarks_results(tmp_path: Path, ca
         bench.check_output(bench.RESULTS_DIR, "cuda", "tiny")
     bench.check_output(bench.RESULTS_DIR, "cuda", "bloom-560m-random")
     bench.check_output(bench.SMOKE_DIR, "cpu", "tiny")
+
+
+def test_steady_state_leaves_out_the_records_the_summary_does_not_count() -> None:
+    recs = [{"kind": "train", "step": s, "step_time_s": 1.0, "samples_per_s": 4.0, "tokens_per_s": 40.0,
+             "tflops": None, "mfu": None, "counted": s != 2} for s in (1, 2, 3)]
+    assert bench.steady_state(recs, warmup=1)["measured_steps"] == 1          # step 2: the memory tracker's
+    assert bench.steps_to_measure(1, 1) == 4 and bench.steps_to_measure(3, 10) == 13   # steps 2 and 3 instrumented
 
 
 def test_steady_state_drops_warmup_and_weights_by_time() -> None:

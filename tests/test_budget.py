@@ -79,6 +79,24 @@ def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
     assert eight.gpus == 8 and eight.costly
 
 
+def test_every_gpu_count_of_notebooks_04_and_05_times_at_least_50_steady_steps() -> None:
+    """A speed-up measures training only when each run's throughput counts enough steady steps: the warm-up
+    and the memory tracker's step are left out (workshop.training.counted_steps), the same rule the runs apply."""
+    from workshop.training.counted_steps import counted_steps, warmup_steps
+
+    training = [c for c in costs(SITE) if c.notebook in ("04_multi_gpu", "05_multi_node") and c.steps is not None]
+    assert {c.gpus for c in training if c.notebook == "04_multi_gpu"} == {1, 2, 4, 8}
+    for c in training:
+        assert c.counted_steps == len(counted_steps(c.steps)) == c.steps - warmup_steps(c.steps)   # step 2 is in the warm-up
+        assert c.counted_steps >= 50, (c.notebook, c.run, c.steps, c.counted_steps)
+    eight = next(c for c in training if c.run == "8 GPU(s)")
+    assert (eight.steps, eight.counted_steps) == (63, 57)         # 2,000 examples at a global batch of 32
+    rows = {r["notebook"]: r for r in budget_rows(SITE, 20)}
+    assert rows["04_multi_gpu"]["min_counted_steps"] == 57 and rows["05_multi_node"]["min_counted_steps"] >= 50
+    gate = next(c for c in costs(SITE) if c.run == "bandwidth gate")
+    assert gate.steps is None and gate.counted_steps is None     # not a training job
+
+
 def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     """The instructor's 04 jobs are the right answer to the notebook's settings exercise: the largest
     micro-batch and the accumulation that keeps the plan's global batch (the same jobs, so handed over)."""
@@ -209,20 +227,23 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
     rows = {cells[0].strip("* "): [c.strip() for c in cells[1:]]
             for line in guide.splitlines() if line.startswith("| ") and not line.startswith("| notebook")
             for cells in [line.strip("|").split("|")] if cells[0].strip()}
-    by_hand = {"01_baseline": (1, 1, 1 / 3, 20 / 3, 20 / 3),
-               "02_fsdp_single_gpu": (4, 1, 4 / 3, 80 / 3, 80 / 3),
-               "03_sharding_strategies": (6, 4, 8.0, 160.0, 160.0),
-               "04_multi_gpu": (4, 8, 5.0, 100.0, 7 / 3 * 20 + 8 / 3),
-               "05_multi_node": (6, 16, 6.0, 120.0, 2 / 3 * 20 + 16 / 3)}
-    for notebook, (jobs, largest, each, cls, instructor) in by_hand.items():
-        assert rows[notebook] == [str(jobs), str(largest), f"{each:.2f}", f"{cls:.1f}", f"{instructor:.1f}"], notebook
-    total = [sum(v[i] for v in by_hand.values()) for i in range(5)]
+    # fewest steps counted: the run's steps less its warm-up (10 %, at most 10; steps 2 and 3, instrumented,
+    # fall inside it): 01/02 500 steps - 10; 03/05 125 at 4 GPUs - 10; 04's 8-GPU run 63 - 6
+    by_hand = {"01_baseline": (1, 1, 490, 1 / 3, 20 / 3, 20 / 3),
+               "02_fsdp_single_gpu": (4, 1, 490, 4 / 3, 80 / 3, 80 / 3),
+               "03_sharding_strategies": (6, 4, 115, 8.0, 160.0, 160.0),
+               "04_multi_gpu": (4, 8, 57, 5.0, 100.0, 7 / 3 * 20 + 8 / 3),
+               "05_multi_node": (6, 16, 115, 6.0, 120.0, 2 / 3 * 20 + 16 / 3)}
+    for notebook, (jobs, largest, counted, each, cls, instructor) in by_hand.items():
+        assert rows[notebook] == [str(jobs), str(largest), str(counted), f"{each:.2f}", f"{cls:.1f}",
+                                  f"{instructor:.1f}"], notebook
+    total = [sum(v[i] for v in by_hand.values()) for i in range(6)]
     own = 1 / 3 + 4 / 3 + 8 + 7 / 3 + 2 / 3
     reruns = next(cells for name, cells in rows.items() if name.startswith("reruns: 25%"))
-    assert reruns == ["", "", f"{0.25 * total[2]:.2f}", f"{0.25 * total[3]:.1f}", f"{0.25 * own * 20:.1f}"]
+    assert reruns == ["", "", "", f"{0.25 * total[3]:.2f}", f"{0.25 * total[4]:.1f}", f"{0.25 * own * 20:.1f}"]
     sweep = next(cells for name, cells in rows.items() if name.startswith("03's challenge sweep"))
-    assert sweep == ["40", "4", "", f"{40 * 4 / 3:.1f}", f"{40 * 4 / 3:.1f}"]
+    assert sweep == ["40", "4", "", "", f"{40 * 4 / 3:.1f}", f"{40 * 4 / 3:.1f}"]
     dry = next(cells for name, cells in rows.items() if name.startswith("dry run"))
-    assert dry == [str(total[0]), "16", "", f"{total[2]:.1f}", f"{own:.1f}"]
-    assert rows["all"] == ["", "", f"{1.25 * total[2]:.2f}", f"{1.25 * total[3] + 40 * 4 / 3 + total[2]:.1f}",
-                           f"{total[4] + 0.25 * own * 20 + 40 * 4 / 3 + own:.1f}"]
+    assert dry == [str(total[0]), "16", "", "", f"{total[3]:.1f}", f"{own:.1f}"]
+    assert rows["all"] == ["", "", "", f"{1.25 * total[3]:.2f}", f"{1.25 * total[4] + 40 * 4 / 3 + total[3]:.1f}",
+                           f"{total[5] + 0.25 * own * 20 + 40 * 4 / 3 + own:.1f}"]

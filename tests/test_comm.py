@@ -420,8 +420,8 @@ def test_the_recorded_step_leaves_the_throughput_window_and_costs_little(runs: R
     benchmarks/comm_overhead.py measures it on a quiet machine)."""
     run = runs.get("--sharding", "full_shard", nproc=2)
     s = run.summary
-    assert s["comm"]["step"] == 3 and s["throughput_window"]["left_out_steps"] == [3]
-    assert s["throughput_window"]["from_step"] <= 3 <= s["throughput_window"]["to_step"]
+    assert s["comm"]["step"] == 3 and s["throughput_window"]["excluded_steps"]["comm"] == [3]
+    assert not any(first <= 3 <= last for first, last in s["throughput_window"]["counted_steps"])
     assert s["tensor_mem_mb_per_rank"][0]["micro_batches"] == 1  # the tracker kept its own step (2)
     trace = run.out_dir / "comm_trace.json"
     assert s["comm"]["trace"] == "comm_trace.json" and trace.stat().st_size < 2 * 2**20
@@ -434,7 +434,8 @@ def test_the_recorded_step_leaves_the_throughput_window_and_costs_little(runs: R
 def test_recording_can_be_switched_off(probe: Path) -> None:
     d = done(probe)
     assert d["off"] == {"status": "not measured", "reason": "recording is off (comm_record=false)", "step": None}
-    assert d["off_left_out_steps"] == [] and not (probe / "off" / "comm_trace.json").exists()
+    assert d["ok_left_out"] == {"comm": [d["ok"]["step"]]}     # a recorded step leaves the throughput at train start
+    assert d["off_left_out"] == {} and not (probe / "off" / "comm_trace.json").exists()
 
 
 def test_comm_record_is_a_config_field_on_by_default() -> None:

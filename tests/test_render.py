@@ -63,17 +63,21 @@ def test_multi_node_script_runs_one_torchrun_per_node_meeting_on_the_first_host(
     launch = script[script.index("srun "):]
     assert re.search(r"srun [^\n]*--ntasks-per-node=1", launch)
     assert '--nnodes="$SLURM_NNODES" --nproc-per-node=2' in launch
-    assert 'rdzv_endpoint=${head_node}:${rdzv_port}' in script
+    # the first node's address as Slurm reaches it (NodeAddr), its torchrun the store's host
+    assert """head_addr=$(scontrol show node "$head_node" | grep -oE 'NodeAddr=[^ ]+' | cut -d= -f2)""" in script
+    assert 'rdzv_endpoint=${head_addr:-$head_node}:${rdzv_port}' in script
+    assert "export WORKSHOP_RDZV_HOST_FIRST=1" in script and 'is_host=$((SLURM_NODEID == 0))' in launch
     assert '--rdzv-backend=c10d --rdzv-endpoint="${rdzv_endpoint}" --rdzv-id="$SLURM_JOB_ID" \\' in launch
-    assert "--standalone" not in script and "--rdzv-conf" not in script
+    assert "--standalone" not in script and "conf=;" in launch          # no rendezvous timeout asked for
 
 
 def test_a_configured_rendezvous_endpoint_and_timeout_reach_torchrun(tmp_path):
     """Notebook 05's failed job: the config's endpoint replaces the job's first node, its timeout torchrun's 60 s."""
     script = rendered("multi_node", "ci", tmp_path, nodes=2, procs_per_node=1,
                       rdzv_endpoint="head-node.invalid:29400", rdzv_timeout_s=5)
-    assert script.index("rdzv_endpoint=head-node.invalid:29400") > script.index("rdzv_endpoint=${head_node}")
-    assert '--rdzv-endpoint="${rdzv_endpoint}" --rdzv-id="$SLURM_JOB_ID" --rdzv-conf=read_timeout=5 \\' in script
+    assert (script.index("rdzv_endpoint=head-node.invalid:29400; WORKSHOP_RDZV_HOST_FIRST=0")
+            > script.index("rdzv_endpoint=${head_addr:-$head_node}"))     # torch finds which node hosts it
+    assert "conf=read_timeout=5;" in script
     with pytest.raises(ConfigError, match="rdzv_endpoint"):
         rendered("multi_node", "ci", tmp_path, nodes=2, rdzv_endpoint="head-node; rm -rf ~")
 

@@ -45,6 +45,9 @@ if [ -n "$cuda_free" ]; then export LD_LIBRARY_PATH="$cuda_free"; else unset LD_
 @{exports}
 export PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS=@{omp_threads}   # cores per process: cpus-per-task / processes per node
+# A collective that waits longer than this for another rank fails the job (`workshop diagnose` names it)
+# instead of holding the GPUs until the time limit: a quarter of the limit (a config's collective_timeout_s wins)
+export WORKSHOP_COLLECTIVE_TIMEOUT_S=@{collective_timeout_s}
 
 # Launch, in the background: bash runs a trap only between commands, so this shell waits instead
 {

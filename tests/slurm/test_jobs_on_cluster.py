@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -88,7 +90,11 @@ def test_fsdp_across_two_nodes_runs_on_n1_and_n2_and_matches_one_node(two_gpus, 
     state = run_to_end("multi_node 2x1", job)
     assert state is JobState.COMPLETED, job.tail(60)
     log = job.tail(400)
-    assert "[job] rendezvous n1:" in log
+    # the rendezvous is the first node's address as Slurm reaches it (its NodeAddr), not a name the
+    # other nodes may not resolve; that node's torchrun hosts the store
+    addr = re.search(r"NodeAddr=(\S+)", subprocess.run(["scontrol", "show", "node", "n1"], capture_output=True,
+                                                        text=True).stdout).group(1)
+    assert f"[job] rendezvous {addr}:" in log and "(node n1;" in log
     summary = job.summary()
     assert sorted(summary["hosts"]) == ["n1", "n2"] and summary["world_size"] == 2
     assert cluster.job_record(job.job_id)["NodeList"] == "n[1-2]"

@@ -4,7 +4,10 @@
     python -m workshop.course.budget --profile <site> --instructor-run               # submit the costly jobs once
 
 Figures are *requested allocation*: GPUs x the step's time limit, as sbatch reserves them. A job
-that ends early gives the rest back, so real use is lower; no GPU run has measured it yet.
+that ends early gives the rest back, so real use is lower; no GPU run has measured it yet. "Fewest
+steps counted" is, over a notebook's training jobs, the fewest optimizer steps a job's summary
+throughput counts (workshop.training.counted_steps: all but the warm-up and the instrumented steps):
+a speed-up between two GPU counts is only as good as the steady steps behind it.
 
 Instructor-run mode: the costly jobs (at least `[course] instructor_min_gpus` GPUs, or 2+ nodes)
 run once, by the instructor, into the profile's `[course] instructor_jobs` folder. A student's
@@ -22,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from workshop.training.config import ConfigError
+from workshop.training.counted_steps import counted_steps
+from workshop.training.fsdp_rules import expected_steps
 from workshop.slurm.profiles import Profile, ProfileError, load_profile, time_seconds
 from workshop.slurm.shared import is_costly
 
@@ -83,6 +88,8 @@ class JobCost:
     hours: float         # the step's time limit
     costly: bool         # run by the instructor in instructor-run mode
     in_sweep: bool = False   # one of the challenge sweep's jobs (the student's choice): handed over, not run again
+    steps: int | None = None           # optimizer steps of a training job (None: the bandwidth gate)
+    counted_steps: int | None = None   # of them, those its summary's throughput counts
 
     @property
     def gpu_hours(self) -> float:
@@ -97,14 +104,19 @@ RERUN_ALLOWANCE = 0.25
 
 
 def job_cost(notebook: str, run: str, spec: dict[str, Any], profile: Profile) -> JobCost:
-    from workshop.slurm.steps import step_config
+    from workshop.slurm.steps import get_step, step_config
 
     spec = dict(spec)
     step = spec.pop("step")
     cfg = step_config(step, profile, spec)
     gpus = cfg.nodes * cfg.procs_per_node
+    steps = counted = None
+    if get_step(step).program == "train":
+        steps = cfg.max_steps or expected_steps(cfg.train_size, cfg.epochs, cfg.batch_size, cfg.effective_grad_acc,
+                                                cfg.world_size)
+        counted = len(counted_steps(steps))
     return JobCost(notebook, run, step, cfg.nodes, gpus, time_seconds(profile.time_for(step)) / 3600,
-                   is_costly(cfg, profile, step), in_sweep=run == CHALLENGE_RUN)
+                   is_costly(cfg, profile, step), in_sweep=run == CHALLENGE_RUN, steps=steps, counted_steps=counted)
 
 
 def costs(profile: Profile) -> list[JobCost]:
@@ -134,7 +146,9 @@ def budget_rows(profile: Profile, students: int, rerun: float = RERUN_ALLOWANCE)
         costly = sum(c.gpu_hours for c in mine if c.costly)
         once = sum(c.gpu_hours for c in mine if c.costly and not c.in_sweep)   # the sweep's jobs are its own row
         own += each - costly
+        counted = [c.counted_steps for c in mine if c.counted_steps is not None]
         rows.append({"notebook": nb, "jobs": len(mine), "max_gpus": max(c.gpus for c in mine),
+                     "min_counted_steps": min(counted, default=None),
                      "gpu_h_per_student": each, "gpu_h_class": each * students,
                      "gpu_h_class_instructor_run": (each - costly) * students + once})
     per_student = sum(r["gpu_h_per_student"] for r in rows)
@@ -158,15 +172,16 @@ def _cell(value: Any, fmt: str) -> str:
 def markdown(profile: Profile, students: int, rerun: float = RERUN_ALLOWANCE) -> str:
     """The class-budget table of docs/instructor.md."""
     rows = budget_rows(profile, students, rerun)
-    head = ("| part | jobs | largest job (GPUs) | GPU-h per student | GPU-h, class of "
+    head = ("| part | jobs | largest job (GPUs) | fewest steps counted | GPU-h per student | GPU-h, class of "
             f"{students} | GPU-h, class of {students}, instructor runs the costly jobs |")
-    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         lines.append(f"| {r['notebook']} | {_cell(r['jobs'], 'd')} | {_cell(r['max_gpus'], 'd')} | "
+                     f"{_cell(r.get('min_counted_steps'), 'd')} | "
                      f"{_cell(r['gpu_h_per_student'], '.2f')} | {r['gpu_h_class']:.1f} | "
                      f"{r['gpu_h_class_instructor_run']:.1f} |")
     total = {k: sum(r[k] or 0 for r in rows) for k in ("gpu_h_per_student", "gpu_h_class", "gpu_h_class_instructor_run")}
-    lines.append(f"| **all** | | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
+    lines.append(f"| **all** | | | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
                  f"{total['gpu_h_class_instructor_run']:.1f} |")
     return "\n".join(lines)
 

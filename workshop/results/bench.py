@@ -8,8 +8,9 @@ Each configuration is one `torchrun --nproc-per-node 1 -m workshop.training.trai
 subprocess (the job launch contract of docs/design.md; CPU smoke runs skip the launcher and set its
 environment themselves), so CUDA peak-memory counters start from zero and nothing leaks between
 configurations. The first `--warmup-steps` records of each run's
-metrics.jsonl (CUDA/cuBLAS initialisation, FSDP lazy init, allocator growth) are dropped; the
-figures are time-weighted over the remaining records. Peak memory is over the whole run.
+metrics.jsonl (CUDA/cuBLAS initialisation, FSDP lazy init, allocator growth) are dropped, and so is
+any record the run's summary does not count (the memory tracker's step); the figures are
+time-weighted over the remaining records. Peak memory is over training, from train start.
 
 The seed recipe padded every example to 512 tokens: that is the config's `pad_to_max_length`, so
 every configuration, the seed recipe included, runs the training script's own path unchanged.
@@ -152,6 +153,17 @@ def train_size_for(global_batch: int, max_steps: int, available: int = FIXTURE_T
     return min(usable, max_steps * global_batch)
 
 
+def steps_to_measure(warmup: int, measure: int) -> int:
+    """Steps to run for `measure` records after the warm-up that are not an instrumented step (the memory
+    tracker's and the communication recorder's: the run's summary and steady_state leave them out)."""
+    from workshop.training.counted_steps import INSTRUMENTED_STEPS
+
+    steps = warmup + measure
+    while sum(1 for s in range(warmup + 1, steps + 1) if s not in INSTRUMENTED_STEPS.values()) < measure:
+        steps += 1
+    return steps
+
+
 def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup: int, measure: int,
                out_dir: Path) -> RunConfig:
     """The RunConfig of one configuration, validated; on a CPU every precision becomes fp32 (fp16
@@ -161,7 +173,7 @@ def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup
         changes.update(batch_size=batch_size, grad_acc=1)
     if device == "cpu":
         changes["precision"] = "fp32"
-    max_steps = warmup + measure
+    max_steps = steps_to_measure(warmup, measure)
     global_batch = changes["batch_size"] * changes.get("grad_acc", 1)
     return load_config(overrides=dict(
         model=model, dataset="fixture", train_size=train_size_for(global_batch, max_steps), eval_size=8,
@@ -230,8 +242,9 @@ def launch(cfg: RunConfig, pad_to: int, timeout: float, device: str,
 
 def steady_state(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
     """Throughput and MFU over the records after the warm-up, weighted by each record's duration
-    (sum of samples / sum of seconds, not a mean of rates)."""
-    kept = [r for r in records if r.get("kind") == "train" and r["step"] > warmup]
+    (sum of samples / sum of seconds, not a mean of rates). A record whose steps the run's own summary
+    leaves out (`counted` false: the tracker's instrumented step) is left out here too."""
+    kept = [r for r in records if r.get("kind") == "train" and r["step"] > warmup and r.get("counted") is not False]
     seconds = sum(r["step_time_s"] for r in kept)
     if not kept or seconds <= 0:
         return {"measured_steps": 0}
@@ -525,7 +538,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     notes = [
         "Throughput counts only non-pad tokens; MFU = achieved model FLOP/s / the device's dense peak "
         "(workshop/training/metrics.py: 6N + 12*L*h*s FLOPs per token, recomputation not counted).",
-        "Peak memory is torch.cuda.max_memory_allocated over the whole run (warm-up included); the memory "
+        "Peak memory is torch.cuda.max_memory_allocated over training (its counters reset at train start, not at "
+        "process start; the warm-up included); the memory "
         "model excludes the CUDA context and allocator slack, so reserved is shown but the error is vs allocated.",
         "A 'none' run is a plain single process (no DDP wrapper, no gradient buckets), read back from the model.",
         "Prediction width: the longest example trained on (dynamic padding; every example is seen at least once) "

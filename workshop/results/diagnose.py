@@ -118,23 +118,60 @@ def host_oom(log: ParsedLog) -> list[Finding]:
                     "model on fewer ranks at once", "host_oom")]
 
 
+_NCCL_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout|watchdog.*timed? ?out", re.I)
+_GLOO_TIMEOUT = re.compile(r"gloo.*Timed out waiting (\d+)ms for (?:send|recv) operation", re.I)
+_C10D_FRAME = re.compile(r'File "[^"]*distributed_c10d\.py", line \d+, in (\w+)')
+
+
+def _timeout_rank(ln: LogLine) -> int | None:
+    """The global rank a timeout line speaks for: NCCL writes `[Rank N]`, torch prefixes `[rankN]:`."""
+    m = re.search(r"\[Rank (\d+)\]", ln.text)
+    return int(m.group(1)) if m else ln.rank
+
+
+def collective_timeout(log: ParsedLog) -> list[Finding]:
+    """A collective that waited longer than the process group's timeout: NCCL's watchdog on a GPU, gloo's
+    `Timed out waiting ...ms` on a CPU. The ranks that report it were waiting; with the world size known
+    (the run's config), the ranks that never report it are the ones that stalled."""
+    nccl_hits, gloo_hits = _find(log, _NCCL_WATCHDOG.pattern, re.I), _find(log, _GLOO_TIMEOUT.pattern, re.I)
+    hits = nccl_hits or gloo_hits
+    if not hits:
+        return []
+    if nccl_hits:
+        m = re.search(r"OpType=(\w+).*?Timeout\(ms\)=(\d+)", hits[0].text)
+        op, ms = (m.group(1), int(m.group(2))) if m else (None, None)
+    else:
+        ms = int(_GLOO_TIMEOUT.search(hits[0].text).group(1))  # type: ignore[union-attr]
+        frames = [f for f in _find(log, _C10D_FRAME.pattern) if f.lineno < hits[0].lineno and f.rank == hits[0].rank]
+        op = _C10D_FRAME.search(frames[-1].text).group(1) if frames else None  # type: ignore[union-attr]
+    waiting = sorted({r for r in map(_timeout_rank, hits) if r is not None})
+    world = log.config.get("world_size")
+    silent = [r for r in range(world) if r not in waiting] if isinstance(world, int) and waiting else []
+    step = _last_step_before(log, hits[0].lineno)
+    facts: dict[str, object] = {"timeout_s": ms / 1000 if ms else None, "op": op, "waiting_ranks": waiting,
+                                "silent_ranks": silent, "last_step": step}
+    title = "A collective timed out" + (f" after {ms / 1000:g} s" if ms else "") + (f" in {op}" if op else "")
+    title += f" at step {step + 1}" if step else ""
+    if waiting:
+        title += f": rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} waited for a rank that never joined"
+    if silent:
+        title += (f"; rank{'s' if len(silent) > 1 else ''} {', '.join(map(str, silent))} never reported it: "
+                  f"{'they' if len(silent) > 1 else 'it'} stalled (hung, stopped, or stuck in I/O)")
+    fix = ("find why the silent rank stopped (its node's own output; on a live hang `py-spy dump --pid` shows where "
+           "it waits) and fix that; if it recurs on one node, exclude it (#SBATCH --exclude=NODE) and tell the "
+           "cluster staff; if none stalled, run `workshop bandwidth` on the same nodes to test the network")
+    return [Finding(title, [h.text for h in hits[:2]], fix, "nccl_timeout" if nccl_hits else "collective_timeout", facts)]
+
+
 def nccl(log: ParsedLog) -> list[Finding]:
-    out = []
-    wd = _find(log, r"Watchdog caught collective operation timeout|watchdog.*timed? ?out", re.I)
-    if wd:
-        m = re.search(r"OpType=(\w+).*?Timeout\(ms\)=(\d+)", wd[0].text)
-        op = f" in {m.group(1)} after {int(m.group(2)) / 1000:.0f} s" if m else ""
-        out.append(Finding(f"NCCL watchdog timeout{op}: a collective waited for a rank that never joined",
-                           [wd[0].text], "find the rank that stalled or died first (its own error is earlier "
-                           "in the log or in its node's output) and fix that; if none, run `workshop bandwidth` "
-                           "on the same nodes to test the network", "nccl_timeout"))
+    wd = _find(log, _NCCL_WATCHDOG.pattern, re.I)
     err = _find(log, r"NCCL error|nccl\w*Error|NCCL WARN|DistBackendError")
     err = [e for e in err if "Watchdog" not in e.text and "c10::DistBackendError" not in e.text] or (err if not wd else [])
     if err:
-        out.append(Finding("NCCL communication error", [e.text for e in err[:3]],
-                           "rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the InfiniBand settings "
-                           "in the course's env file, then test with `workshop bandwidth`", "nccl_error"))
-    return out
+        return [Finding("NCCL communication error", [e.text for e in err[:3]],
+                        "rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the InfiniBand settings "
+                        "in the course's env file, then test with `workshop bandwidth`", "nccl_error")]
+    return []
 
 
 def rendezvous(log: ParsedLog) -> list[Finding]:
@@ -258,7 +295,7 @@ def traceback_(log: ParsedLog, already: set[str]) -> list[Finding]:
             return [Finding(f"Config error in field '{m.group(1)}': {m.group(2)}", [ln.text],
                             m.group(3) or f"fix the value of {m.group(1)}", "config_error", {"field": m.group(1)})]
     real = [tb for tb in tbs if tb[0].split(".")[-1] not in _SKIP_EXC]
-    if not real or already & {"cuda_oom", "hub_offline", "rendezvous", "nccl_error", "nccl_timeout"}:
+    if not real or already & {"cuda_oom", "hub_offline", "rendezvous", "nccl_error", "nccl_timeout", "collective_timeout"}:
         return out
     exc, msg, frame, ln = real[0]
     where = f" at {frame[0]}" if frame else ""
@@ -277,7 +314,7 @@ def exit_codes(log: ParsedLog, already: set[str]) -> list[Finding]:
                     "look at the job's stderr file (#SBATCH --error) for the traceback", "task_exit")]
 
 
-RULES: tuple[Rule, ...] = (cuda_oom, host_oom, nccl, rendezvous, slurm, hub_offline, bandwidth_gate)
+RULES: tuple[Rule, ...] = (cuda_oom, host_oom, collective_timeout, nccl, rendezvous, slurm, hub_offline, bandwidth_gate)
 
 
 def diagnose(log: ParsedLog | str | Path) -> list[Finding]:

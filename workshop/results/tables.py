@@ -132,21 +132,31 @@ class Facts:
         return cols
 
     def predicted(self) -> float:
-        """The memory model's peak for what ran: at the measured step's batch shape when the run has one."""
+        """The memory model's peak for what ran, at the measured step's batch shape when the run has one,
+        for the instrument beside it: on a GPU the allocator's peak holds what the tracker cannot see (DDP's
+        gradient buckets), so the prediction beside it is `gpu_peak`; on a CPU the tracker's `peak`."""
         cfg = self.log.config
         if not cfg:
             self.notes.append(f"{self.label}: predicted_mem_mb is NaN — the run folder's run_args.json "
                               "(batch size, sequence length) was not given")
             return NaN
-        from workshop.results.memory import estimate_config
+        from workshop.results.memory import MB, estimate_config
 
+        on_gpu = self.s.get("mem_kind") == "cuda_allocated"
         try:
             ranks = [r for r in self.s.get("tensor_mem_mb_per_rank") or [] if r and r.get("batch_shape")]
-            return max((estimate_config(cfg, r["batch_shape"]).total_mb for r in ranks),
-                       default=estimate_config(cfg).total_mb)
+            shapes = [r["batch_shape"] for r in ranks] or [None]
+            breakdowns = [estimate_config(cfg, shape) for shape in shapes]
         except ValueError as e:
             self.notes.append(f"{self.label}: predicted_mem_mb is NaN — {e}")
             return NaN
+        if on_gpu:
+            self.notes.append(f"{self.label}: peak_mem_mb is the CUDA allocator's peak since train start (reset after "
+                              "the generation run, not at process start; the CUDA context is not in it); "
+                              "predicted_mem_mb beside it is the memory model's gpu_peak, which adds DDP's gradient "
+                              "buckets to the tracker's peak")
+            return max(b.gpu_peak for b in breakdowns) / MB
+        return max(b.total_mb for b in breakdowns)
 
 
 def _facts(runs: Iterable[RunLike]) -> list[Facts]:

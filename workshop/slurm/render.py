@@ -17,7 +17,7 @@ from string import Template
 
 from workshop.training.accelerate_yaml import FILE as ACCELERATE_FILE
 from workshop.training.config import ConfigError, RunConfig
-from workshop.slurm.profiles import TEMPLATES_DIR, Profile, current_env_activation
+from workshop.slurm.profiles import TEMPLATES_DIR, Profile, current_env_activation, time_seconds
 from workshop.slurm.records import CHECKPOINT_EXIT
 from workshop.slurm.steps import check_fits, get_step
 
@@ -59,6 +59,14 @@ def sbatch_path(path: Path, pattern: str = "", field: str = "jobs_dir") -> str:
                           "filename pattern or cannot quote", "choose a folder without them")
     text += pattern
     return text if _SBATCH_SAFE.fullmatch(text) else f'"{text}"'
+
+
+def collective_timeout_for(time_limit_s: int) -> int:
+    """A job's collective timeout: a quarter of its time limit, between 1 and 30 minutes. Long enough for
+    what ranks legitimately wait on each other for (a slow rank loading the model from shared storage,
+    a checkpoint written to it, an evaluation), and short enough that a hung collective fails the job
+    with a diagnosis while most of its time is left, instead of holding the GPUs until the limit."""
+    return max(60, min(1800, time_limit_s // 4))
 
 
 def _mem_times(mem: str, n: int) -> str:
@@ -143,14 +151,19 @@ def launch_block(step: str, config: RunConfig, profile: Profile, job_dir: Path) 
                 "launch-process.sh" if config.procs_per_node == 1 and get_step(step).program in ("train", "preflight") else
                 "launch-node.sh")
     rendezvous = template("rendezvous.sh").substitute(
-        rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}   # the config's rdzv_endpoint"
-                       if config.rdzv_endpoint else "")).rstrip()
-    # torchrun's c10d rendezvous reads read_timeout; accelerate's static one (node 0 hosts it) timeout
-    timeout = f"{'timeout' if accelerate else 'read_timeout'}={config.rdzv_timeout_s}"
+        rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}; WORKSHOP_RDZV_HOST_FIRST=0   "
+                       "# the config's rdzv_endpoint: torch finds the node that hosts it" if config.rdzv_endpoint
+                       else "")).rstrip()
+    # torchrun's c10d rendezvous reads read_timeout (its conf, to which launch-nodes.sh adds is_host);
+    # accelerate's static one (node 0 hosts it) reads timeout, passed as accelerate's own flag
+    if accelerate:
+        rdzv_conf = f"--rdzv-conf=timeout={config.rdzv_timeout_s} " if config.rdzv_timeout_s else ""
+    else:
+        rdzv_conf = f"read_timeout={config.rdzv_timeout_s}" if config.rdzv_timeout_s else ""
     return template(name).substitute(
         procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json"),
         accelerate_yaml=shlex.quote(str(job_dir / ACCELERATE_FILE)), rendezvous=rendezvous,
-        rdzv_conf=f"--rdzv-conf={timeout} " if config.rdzv_timeout_s else "").rstrip()
+        rdzv_conf=rdzv_conf).rstrip()
 
 
 def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_name: str | None = None) -> str:
@@ -174,6 +187,12 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
     if info.program == "bandwidth":
         exports.append("export NCCL_DEBUG=INFO   # the gate's log keeps NCCL's transport lines (P2P, SHM, NET/IB...)")
     launch = launch_block(step, config, profile, job_dir)
+    limit_s = time_seconds(profile.time_for(step))
+    if config.collective_timeout_s >= limit_s:
+        raise ConfigError("collective_timeout_s", f"{config.collective_timeout_s} s is not shorter than the job's "
+                          f"time limit ({profile.time_for(step)}): a hung collective would hold the GPUs until Slurm "
+                          "ends the job, without a diagnosis", f"use less than {limit_s // 2} s, or 0 for a quarter "
+                          "of the time limit")
     gpus = f" x {part.gpu_name or 'GPU'}" if part.gpus_per_node else " (CPU processes)"
     shape = (f"{config.nodes} node(s) x {config.procs_per_node} process(es){gpus}, "
              f"sharding={config.sharding}, model={config.model}")
@@ -184,6 +203,7 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
         setup="\n".join(setup) or ":  # nothing to activate",
         exports="\n".join(exports),
         omp_threads=part.cpus_per_proc,
+        collective_timeout_s=collective_timeout_for(limit_s),
         step_line=shlex.quote(f"[job] step {step}: {shape}"),
         launch=launch,
         checkpoint_exit=CHECKPOINT_EXIT,

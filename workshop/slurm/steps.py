@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from workshop.training.config import ConfigError, RunConfig, load_config
+from workshop.training.gpus import lacks_bf16
 from workshop.slurm.profiles import Profile
 
 
@@ -71,6 +72,12 @@ def check_fits(step: str, config: RunConfig, profile: Profile) -> None:
     if part.max_nodes and config.nodes > part.max_nodes:
         raise ConfigError("nodes", f"{config.nodes} nodes, but partition {part.name or part.key!r} allows "
                           f"{part.max_nodes}", f"use nodes <= {part.max_nodes}")
+    gpu = f"{part.gpu_type} {part.gpu_name}".strip()
+    if config.precision == "bf16" and part.gpus_per_node and lacks_bf16(gpu):
+        raise ConfigError("precision", f"bf16, but partition {part.name or part.key!r} has {part.gpu_name or part.gpu_type} "
+                          "GPUs, which have no bfloat16 (compute capability below 8.0)",
+                          "use precision=fp16 on this partition (mixed precision with the gradient scaler), or "
+                          "run the step on a partition with A100/H100 GPUs ([slurm.steps.<step>] partition in the profile)")
 
 
 def gpu_counts(profile: Profile, step: str = "multi_gpu") -> list[int]:

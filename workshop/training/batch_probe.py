@@ -15,11 +15,7 @@ from workshop.training.metrics import StepCounter, _all_gather
 
 
 class GlobalBatchProbe(TrainerCallback):
-    """Samples this rank trained on in each optimizer step (read from the StepCounter the trainer fills).
-
-    Register it after the MetricsCallback: that one resets the counter in `on_log`, and this one
-    takes the new starting point in its own `on_log`, which runs after.
-    """
+    """Samples this rank trained on in each optimizer step (from the StepCounter the trainer fills)."""
 
     def __init__(self, counter: StepCounter) -> None:
         self.counter = counter
@@ -27,12 +23,8 @@ class GlobalBatchProbe(TrainerCallback):
         self.per_step: list[int] = []
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
-        self.per_step.append(self.counter.samples - self.start)
-        self.start = self.counter.samples
-        return control
-
-    def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
-        self.start = self.counter.samples
+        self.per_step.append(self.counter.seen_samples - self.start)
+        self.start = self.counter.seen_samples
         return control
 
     def gathered(self) -> dict[str, Any]:

@@ -8,8 +8,9 @@ stays small (about 0.1 MB per rank for the tiny model, cut from 1.1 MB by
 
 Which step: the third optimizer step of the run (after the warm-up step and the tensor-memory
 tracker's step, which runs under a dispatch mode that would swell every operator's time), or the
-latest step that is neither where the run is shorter. The step is taken out of the throughput window
-(`StepCounter.leave_out_of_throughput`): its time, with the trace's processing, and its samples.
+latest step that is neither where the run is shorter. The step is left out of the summary's throughput
+(`StepCounter.leave_out_of_throughput`, at train start): the window times the steps around it, so
+neither the profiled step nor the trace's processing after it is counted.
 
 What is recorded (workshop.training.comm_trace): from the Trainer's `on_step_begin` to its
 `on_step_end`, i.e. the forward and backward of every micro-batch, gradient clipping and the optimizer
@@ -35,12 +36,13 @@ import torch
 from transformers import TrainerCallback
 
 from workshop.training import comm_trace
+from workshop.training.counted_steps import INSTRUMENTED_STEPS
 from workshop.training.metrics import StepCounter, _all_gather
 
 FLIGHT_RECORDER_ENV = "TORCH_FR_BUFFER_SIZE"
 FLIGHT_RECORDER_ENTRIES = "4096"  # collectives kept (a ring buffer); BLOOM-560M's step issues ~80 per micro-batch
 TRACE_FILE = "comm_trace.json"
-RECORD_STEP = 3
+RECORD_STEP = INSTRUMENTED_STEPS["comm"]
 KIND_ORDER = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce", "gather", "scatter",
               "all_to_all", "send", "recv", "barrier")
 
@@ -100,7 +102,6 @@ class CommRecorder(TrainerCallback):
         self._armed = False
         self._error: str | None = None
         self._started = 0.0
-        self._taken = (0, 0)
 
     # ------------------------------------------------------------------ the Trainer's events
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -112,13 +113,14 @@ class CommRecorder(TrainerCallback):
             if self.step is None:
                 self.reason = (f"the run has no optimizer step to record besides step {self._avoid}, which the "
                                "tensor-memory tracker measures (train for at least 2 steps)")
+            else:   # the recorded step is not training at speed: the summary's throughput leaves it out
+                self.counter.leave_out_of_throughput(self.step, "comm")
 
     def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         self._started = time.perf_counter()
         if self.step is None or state.global_step + 1 != self.step:
             return
         self._armed, self._error = True, None
-        self._taken = (self.counter.samples, self.counter.tokens)
         try:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if self.device.type == "cuda":
@@ -140,9 +142,7 @@ class CommRecorder(TrainerCallback):
         self.result = gathered
         if self.is_main and all(r.get("records") is not None for r in gathered):
             self._write_trace(all_events)
-        samples, tokens = self.counter.samples - self._taken[0], self.counter.tokens - self._taken[1]
         self.recorded_s = time.perf_counter() - self._started
-        self.counter.leave_out_of_throughput(state.global_step, self.recorded_s, samples, tokens)
 
     # ------------------------------------------------------------------ this rank
     def _read_own_step(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -84,7 +84,8 @@ class RunConfig:
     learning_rate: float = _help("peak learning rate (AdamW, linear decay); the course profiles set 5e-5 "
                                  "for BLOOM-560M, 5e-3 for the tiny model", default=5e-4)
     weight_decay: float = _help("AdamW weight decay", default=0.0)
-    precision: str = _help("fp32 | bf16 | fp16 (fp16 needs a GPU)", default="fp32")
+    precision: str = _help("fp32 | bf16 | fp16 (bf16 needs an A100/H100-class GPU: fp16 on V100; on a CPU, "
+                           "autocast in that dtype, fp16 with the gradient scaler)", default="fp32")
     sharding: str = _help("none | ddp | full_shard | shard_grad_op | hybrid_shard | hybrid_shard_grad_op (FSDP2)", default="none")
     offload: bool = _help("FSDP2 CPU offload of parameters, gradients and optimizer state", default=False)
     activation_checkpointing: bool = _help("recompute each block's activations in backward", default=False)
@@ -105,6 +106,9 @@ class RunConfig:
                                "a port below the ephemeral range, which only the batch script knows)", default="")
     rdzv_timeout_s: int = _help("seconds torchrun waits to reach the rendezvous store (0 = torchrun's 60 s)",
                                 default=0)
+    collective_timeout_s: int = _help("seconds a collective may wait for the other ranks before the job fails with a "
+                                      "diagnosis (0 = a quarter of the job's time limit, set by the batch script; 30 "
+                                      "minutes outside a job)", default=0)
     device: str = _help("auto | cpu | cuda (auto = cuda when available)", default="auto")
     seed: int = _help("random seed for model init, data order and dropout", default=42)
     logging_steps: int = _help("log metrics every N optimizer steps", default=1)
@@ -222,6 +226,9 @@ class RunConfig:
         if self.offload and not self.is_fsdp:
             raise ConfigError("offload", f"CPU offload needs FSDP, but sharding is {self.sharding!r}",
                               "set sharding=full_shard (or another FSDP strategy), or offload=false")
+        if self.collective_timeout_s < 0:
+            raise ConfigError("collective_timeout_s", f"must be >= 0, got {self.collective_timeout_s}",
+                              "0 takes a quarter of the job's time limit")
         if self.rdzv_timeout_s < 0:
             raise ConfigError("rdzv_timeout_s", f"must be >= 0, got {self.rdzv_timeout_s}", "0 keeps torchrun's default")
         if self.rdzv_endpoint and not re.fullmatch(r"[A-Za-z0-9.\-]+:\d{1,5}", self.rdzv_endpoint):

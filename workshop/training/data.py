@@ -141,15 +141,21 @@ class EncodedDataset(torch.utils.data.Dataset):
         return self.rows[i]
 
 
+# The batch key under which the collator hands the batch's non-pad token count (a Python int) to the
+# trainer: counted here, on the host, so no training step sums a mask on the GPU (a device sync) to
+# count tokens. The trainer takes it out before the model sees the batch (workshop.training.metrics.StepCounter).
+HOST_TOKENS = "workshop_host_tokens"
+
+
 @dataclass
 class DynamicPaddingCollator:
     """Pads a batch to its own longest example (or to `pad_to`, the seed recipe's fixed width):
-    pad id in input_ids, 0 in attention_mask, -100 in labels."""
+    pad id in input_ids, 0 in attention_mask, -100 in labels; and counts its non-pad tokens (HOST_TOKENS)."""
 
     pad_token_id: int
     pad_to: int = 0
 
-    def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, torch.Tensor]:
+    def __call__(self, rows: list[dict[str, list[int]]]) -> dict[str, Any]:
         width = max(self.pad_to, max(len(r["input_ids"]) for r in rows))
         ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
         labels = torch.full((len(rows), width), IGNORE_INDEX, dtype=torch.long)
@@ -159,4 +165,5 @@ class DynamicPaddingCollator:
             ids[i, :n] = torch.tensor(r["input_ids"])
             labels[i, :n] = torch.tensor(r["labels"])
             mask[i, :n] = 1
-        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels,
+                HOST_TOKENS: sum(len(r["input_ids"]) for r in rows)}

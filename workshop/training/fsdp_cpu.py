@@ -8,6 +8,9 @@ Upstream behaviour worked around (transformers 5.23.0 + accelerate 1.15.0):
      it on MULTI_CPU; so it is attached after the switch to FSDP, with the same mesh and validation.
   3. FSDP2's `CPUOffloadPolicy` pins host memory by default, which needs CUDA; on a CPU-only host
      the offload policy must use `pin_memory=False`.
+  4. fp16 on a CPU: accelerate turns it off without a word (no autocast, no gradient scaler), so a run
+     asked for fp16 would train in fp32, or under FSDP2 in an fp16 policy with no scaler. torch 2.13
+     has fp16 autocast and `torch.amp.GradScaler("cpu")`: the run gets both, as a V100 run does.
 This is the only module that reaches into accelerate's state. On CUDA nothing here is needed, and
 `assert_fsdp_active` still refuses to let a run that asked for FSDP continue under another wrapper.
 """
@@ -64,6 +67,17 @@ def no_mesh_from_launcher() -> Iterator[None]:
     finally:
         if hidden is not None:
             os.environ["ACCELERATE_USE_PARALLELISM_CONFIG"] = hidden
+
+
+def fp16_on_cpu(accelerator: Any) -> None:
+    """Give a CPU run that asked for fp16 what accelerate gives a GPU run: autocast to fp16 around the
+    model's forward (accelerate adds it at `prepare` when `native_amp` is set) and a gradient scaler
+    (for FSDP2 a plain `GradScaler`, as accelerate's `get_fsdp2_grad_scaler`). Call it before `prepare`."""
+    if accelerator.state.mixed_precision != "fp16" or accelerator.device.type != "cpu" or accelerator.scaler is not None:
+        return
+    kwargs = accelerator.scaler_handler.to_kwargs() if accelerator.scaler_handler is not None else {}
+    accelerator.native_amp = True
+    accelerator.scaler = torch.amp.GradScaler("cpu", **kwargs)
 
 
 def assert_fsdp_active(accelerator: Any) -> None:

@@ -83,10 +83,8 @@ def peak_memory_mb(device: torch.device, tensor_memory: Any = None) -> tuple[flo
     """(peak used, peak reserved or None, kind): the CUDA allocator's peaks over training on a GPU; on a CPU
     the tensor peak of the step `tensor_memory` (workshop.training.tensor_memory) measured, or peak RSS without it."""
     if device.type == "cuda":
-        # the tracker's measured step resets the allocator's peak counters; it keeps what they held before
-        allocated, reserved = (tensor_memory.allocator_peaks() if tensor_memory is not None else
-                               (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)))
-        return allocated / 2**20, reserved / 2**20, "cuda_allocated"
+        return (torch.cuda.max_memory_allocated(device) / 2**20,
+                torch.cuda.max_memory_reserved(device) / 2**20, "cuda_allocated")
     if tensor_memory is not None:
         return tensor_memory.peak_so_far_mb(), None, "tensor"
     return peak_rss_mb(), None, "rss"
@@ -101,54 +99,54 @@ def gpu_utilisation(device: torch.device) -> float | None:
         return None
 
 
-def warmup_steps(max_steps: int) -> int:
-    """Steps left out of the throughput window: the first ones pay for CUDA context and allocator
-    growth, NCCL communicator set-up and FSDP's lazy initialisation, not for training. 10 % of the
-    run, at least 1 and at most 10 steps."""
-    return max(1, min(10, max_steps // 10))
-
-
 @dataclass
 class StepCounter:
-    """Samples and non-pad tokens this rank has trained on since the last log; `totals` sums the
-    throughput window (logs after the warm-up steps), `warmup` the logs before it."""
+    """Samples and non-pad tokens this rank has trained on: since the last log (`samples`, `tokens`,
+    reset by MetricsCallback) and since the run began (`seen_samples`, `seen_tokens`, which only grow:
+    the throughput window and the batch probe read their differences).
+
+    Counted on the host from the batch as the collator built it, before it moves to the GPU: the
+    collator puts the non-pad token count in the batch (workshop.training.data.HOST_TOKENS), so no
+    step waits for the device to sum an attention mask."""
 
     samples: int = 0
     tokens: int = 0
+    seen_samples: int = 0
+    seen_tokens: int = 0
     last_shape: tuple[int, ...] = ()
-    totals: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
-    warmup: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
-    window: dict[str, Any] = field(default_factory=lambda: {"warmup_steps": 0, "from_step": 0, "to_step": 0})
-    # instrumented steps since the last log, and every one so far: see leave_out_of_throughput
-    left_out: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
-    left_out_steps: list[int] = field(default_factory=list)
+    # the steps the summary's throughput leaves out, by reason: see leave_out_of_throughput
+    left_out: dict[str, list[int]] = field(default_factory=dict)
 
-    def leave_out_of_throughput(self, step: int, seconds: float, samples: int, tokens: int) -> None:
-        """THE place where an instrumented optimizer step leaves the throughput window: its time (the
-        instrumentation's own work included) and this rank's samples and tokens are taken out of the
-        next log's interval before it is added to the window. Summary throughput counts steady steps only:
-        a step run under a profiler or a tracker is not one (workshop.training.comm_recorder calls this)."""
-        self.left_out["seconds"] += seconds
-        self.left_out["samples"] += samples
-        self.left_out["tokens"] += tokens
-        self.left_out_steps.append(step)
+    def leave_out_of_throughput(self, step: int, reason: str) -> None:
+        """THE one place a step leaves the summary's throughput: the warm-up steps
+        (workshop.training.throughput.ThroughputWindow), the tensor-memory tracker's step
+        (workshop.training.tensor_memory) and the recorded communication step
+        (workshop.training.comm_recorder) all come through here, at train start, before the first step.
+        The window then times only the steps nobody left out: a step run under a tracker or a profiler
+        (a dispatch mode, a trace) is several times slower than training, and the first steps pay for
+        start-up. `step` is 1-based over the run; `reason` is how summary.json names it."""
+        steps = self.left_out.setdefault(reason, [])
+        if step not in steps:
+            steps.append(step)
 
-    def take_left_out(self) -> dict[str, float]:
-        """What leave_out_of_throughput put aside since the last log, and reset it."""
-        taken, self.left_out = self.left_out, {"samples": 0, "tokens": 0, "seconds": 0.0}
-        return taken
+    def left_out_steps(self) -> set[int]:
+        """Every step left out, whatever the reason."""
+        return {s for steps in self.left_out.values() for s in steps}
 
-    def close_window(self) -> None:
-        """A run too short to leave the warm-up: count its warm-up steps, and say so in `window`."""
-        if not self.totals["seconds"] and self.warmup["seconds"]:
-            self.totals.update(self.warmup)
-            self.window["from_step"], self.window["warmup_steps"] = 1, 0
+    def add(self, batch: dict[str, Any]) -> None:
+        """Count one micro-batch and take the collator's token count out of it (the model never sees it)."""
+        from workshop.training.data import HOST_TOKENS
 
-    def add(self, batch: dict[str, torch.Tensor]) -> None:
         self.last_shape = tuple(batch["input_ids"].shape)  # what the memory measurement's step trained on
-        self.samples += int(batch["input_ids"].shape[0])
-        mask = batch.get("attention_mask")
-        self.tokens += int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        samples = int(batch["input_ids"].shape[0])
+        tokens = batch.pop(HOST_TOKENS, None)
+        if tokens is None:  # a batch from another collator: count from its mask (a device sync on a GPU)
+            mask = batch.get("attention_mask")
+            tokens = int(mask.sum()) if mask is not None else int(batch["input_ids"].numel())
+        self.samples += samples
+        self.tokens += int(tokens)
+        self.seen_samples += samples
+        self.seen_tokens += int(tokens)
 
 
 def _all_reduce_sum(values: list[float]) -> list[float]:
@@ -175,7 +173,11 @@ def mem_text(peak_mb: float | None) -> str:
 
 
 class MetricsCallback(TrainerCallback):
-    """Writes metrics.jsonl and prints the step line; every rank joins the collectives in on_log."""
+    """Writes metrics.jsonl and prints the step line; every rank joins the collectives in on_log.
+
+    Each record's throughput is over the steps since the previous record, for people watching the run;
+    `counted` says whether the summary's throughput (workshop.training.throughput.ThroughputWindow,
+    `window`) counts all of them."""
 
     def __init__(self, out_dir: Path, counter: StepCounter, device: torch.device, precision: str,
                  n_params: int, n_layer: int, hidden: int, is_main: bool) -> None:
@@ -185,20 +187,19 @@ class MetricsCallback(TrainerCallback):
         self.peak = peak_tflops(device, precision)
         self.records: list[dict[str, Any]] = []
         self._last = time.perf_counter()
-        self.warmup_until = 0
+        self._last_step = 0
         self.on_train_begin_hooks: list[Any] = []
         self.tensor_memory: Any = None  # workshop.training.tensor_memory.TensorMemoryCallback, when the run measures
+        self.window: Any = None  # workshop.training.throughput.ThroughputWindow: which steps the summary counts
+
+    def flops_per_token(self, seq_len: float) -> float:
+        return flops_per_token(self.n_params, self.n_layer, self.hidden, seq_len)
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         for hook in self.on_train_begin_hooks:
             hook()
-        # after a resume the first steps warm up again: the window starts after them too
-        self.warmup_until = state.global_step + warmup_steps(state.max_steps)
-        self.counter.window.update(warmup_steps=warmup_steps(state.max_steps), from_step=0, to_step=0)
         self._last = time.perf_counter()
-
-    def on_train_end(self, args, state, control, **kwargs):  # noqa: ANN001
-        self.counter.close_window()
+        self._last_step = state.global_step
 
     def _emit(self, record: dict[str, Any]) -> None:
         self.records.append(record)
@@ -213,21 +214,8 @@ class MetricsCallback(TrainerCallback):
         if "loss" in logs:
             now = time.perf_counter()
             elapsed, self._last = now - self._last, now
-            left = self.counter.take_left_out()
-            samples, tokens, left_samples, left_tokens = _all_reduce_sum(
-                [self.counter.samples, self.counter.tokens, left["samples"], left["tokens"]])
-            warm = state.global_step <= self.warmup_until
-            sums = self.counter.warmup if warm else self.counter.totals
-            # the record below shows the whole interval; the window leaves instrumented steps out
-            sums["samples"] += samples - left_samples
-            sums["tokens"] += tokens - left_tokens
-            sums["seconds"] += max(0.0, elapsed - left["seconds"])
-            if not warm:
-                window = self.counter.window
-                window["from_step"] = window["from_step"] or state.global_step - args.logging_steps + 1
-                window["to_step"] = state.global_step
-            if self.counter.left_out_steps:
-                self.counter.window["left_out_steps"] = sorted(set(self.counter.left_out_steps))
+            first, self._last_step = self._last_step + 1, state.global_step
+            samples, tokens = _all_reduce_sum([self.counter.samples, self.counter.tokens])
             self.counter.samples = self.counter.tokens = 0
             used, reserved, kind = peak_memory_mb(self.device, self.tensor_memory)
             per_rank = _all_gather(round(used, 1) if used is not None else None)
@@ -235,13 +223,13 @@ class MetricsCallback(TrainerCallback):
             reserved_all = _all_gather(reserved)
             seq = tokens / samples if samples else 0.0
             tok_s = tokens / elapsed if elapsed > 0 else 0.0
-            tflops = tok_s * flops_per_token(self.n_params, self.n_layer, self.hidden, seq) / 1e12
+            tflops = tok_s * self.flops_per_token(seq) / 1e12
             world = len(per_rank)
             record = {
                 "kind": "train", "step": state.global_step, "epoch": round(state.epoch or 0.0, 4),
                 "loss": float(logs["loss"]), "learning_rate": float(logs.get("learning_rate", 0.0)),
                 "grad_norm": float(logs["grad_norm"]) if "grad_norm" in logs else None,
-                "step_time_s": round(elapsed / max(1, args.logging_steps), 4),
+                "step_time_s": round(elapsed / max(1, state.global_step - first + 1), 4),
                 "samples_per_s": round(samples / elapsed, 3) if elapsed > 0 else None,
                 "tokens_per_s": round(tok_s, 1),
                 "peak_mem_mb": max(per_rank) if None not in per_rank else None,
@@ -249,7 +237,7 @@ class MetricsCallback(TrainerCallback):
                 "peak_reserved_mb": max(r for r in reserved_all) if reserved is not None else None,
                 "gpu_util_pct": gpu_utilisation(self.device), "tflops": round(tflops, 6),
                 "mfu": round(tflops / (self.peak * world), 4) if self.peak else None,
-                "warmup": warm,
+                "counted": self.window.counted_in(first, state.global_step) if self.window is not None else None,
             }
             self._emit(record)
             if self.is_main:

@@ -14,6 +14,7 @@ is called after every non-final micro-batch (gradient accumulation).
 
 What it costs: the other steps run untouched; `tensor_mem_overhead_pct` in summary.json is the
 tracked step's extra time over the median untracked step, as a share of the training time. The
+summary's throughput never counts the tracked step (workshop.training.counted_steps.INSTRUMENTED_STEPS). The
 tracker itself (a Python call per operator) made a tracked step 2-3x an untracked one on the tiny
 model (DDP with its module-level bookkeeping: 3.3x); two things here bring that to ~1.6-1.9x without
 changing a single figure it measures: `watch_category_peaks` (per-category maxima kept from the
@@ -59,6 +60,8 @@ from typing import Any, Callable
 
 import torch
 from transformers import TrainerCallback
+
+from workshop.training.counted_steps import INSTRUMENTED_STEPS, instrumented_step
 
 MB = 2**20
 CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
@@ -272,8 +275,9 @@ def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
 class TensorMemoryCallback(TrainerCallback):
     """Measures one optimizer step with PyTorch's memory tracker; keeps the training-only peaks."""
 
-    def __init__(self, device: torch.device, offload: bool, counter: Any = None, measure_step: int = 2) -> None:
-        self.device, self.offload, self.measure_step = device, offload, measure_step
+    def __init__(self, device: torch.device, offload: bool, counter: Any = None) -> None:
+        self.device, self.offload = device, offload
+        self.measure_step = INSTRUMENTED_STEPS["tensor_memory"]  # the throughput leaves this step out
         self.counter = counter  # workshop.training.metrics.StepCounter: the measured micro-batches' shapes
         self.shapes: list[tuple[int, ...]] = []
         self.model: torch.nn.Module | None = None  # the wrapped model; set by the training script
@@ -290,7 +294,9 @@ class TensorMemoryCallback(TrainerCallback):
         # training only: forget what the generation run on the untrained model allocated
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.measure_step = min(self.measure_step, max(1, state.max_steps))
+        self.measure_step = instrumented_step("tensor_memory", state.max_steps)
+        if self.counter is not None and self.measure_step > state.global_step:   # a resumed run past it measures nothing
+            self.counter.leave_out_of_throughput(self.measure_step, "tensor_memory")
 
     def on_step_begin(self, args, state, control, optimizer=None, model=None, **kwargs):  # noqa: ANN001
         self._started = time.perf_counter()

@@ -108,16 +108,78 @@ def resolve_device(cfg: RunConfig, local_rank: int) -> "Any":
         if not torch.cuda.is_available():
             raise ConfigError("device", "cuda was asked for but no GPU is visible to this process",
                               "run on a GPU node (check --gpus in the batch script) or set device=cpu")
-        return torch.device("cuda", local_rank)
-    if cfg.precision == "fp16":
-        raise ConfigError("precision", "fp16 mixed precision needs a GPU; this process runs on the CPU",
-                          "use precision=bf16 or fp32 on CPU, fp16 only on GPUs without bf16 (V100)")
+        device = torch.device("cuda", local_rank)
+        check_precision_on_gpu(cfg, torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device))
+        return device
     return torch.device("cpu")
+
+
+def check_precision_on_gpu(cfg: RunConfig, name: str, capability: tuple[int, int]) -> None:
+    """bf16 needs compute capability 8.0 (A100, H100, L4, ...); a V100 (7.0) would emulate it, slowly, or
+    fail deep in a kernel. The submit-time check (workshop.slurm.steps.check_precision) knows the
+    partition's GPU by name; this one reads the device itself."""
+    from workshop.training.gpus import bf16_capable
+
+    if cfg.precision == "bf16" and not bf16_capable(capability):
+        raise ConfigError("precision", f"bf16 needs a GPU of compute capability 8.0 or newer; this process has "
+                          f"{name} ({capability[0]}.{capability[1]})",
+                          "use precision=fp16 on this GPU (with the gradient scaler), or run on a partition "
+                          "with A100/H100 GPUs")
+
+
+def process_group_backend(cfg: RunConfig, device: "Any") -> str:
+    """The backend of the run's process group: gloo on a CPU, NCCL on a GPU.
+
+    With FSDP2 CPU offload on a GPU, the sharded gradients and AdamW's state are CPU DTensors, so
+    gradient clipping's norm (max_grad_norm, on by default) and fp16's found-inf check all-reduce CPU
+    tensors, which a NCCL-only group cannot do ("No backend type associated with device type cpu",
+    pytorch/pytorch#148532). Such a run gets gloo for CPU tensors beside NCCL for CUDA ones, as
+    accelerate does when its own FSDP environment asks for offload, and as torchtune does."""
+    if device.type == "cpu":
+        return "gloo"
+    return "cuda:nccl,cpu:gloo" if cfg.offload else "nccl"
+
+
+def init_process_group(cfg: RunConfig, device: "Any") -> None:
+    """Create the run's process group (a run without sharding has none) before the Trainer would, with
+    the backend above and the collective timeout: transformers 5.23 hands ddp_timeout to the group only
+    on a GPU (its CPU path drops it), so on a CPU a hung rank would hold the others for gloo's default
+    30 minutes. accelerate then finds the group made and uses it."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if cfg.sharding == "none" or dist.is_initialized():
+        return
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.set_device(device)   # each rank's NCCL communicator on its own GPU
+    dist.init_process_group(backend=process_group_backend(cfg, device),
+                            timeout=datetime.timedelta(seconds=collective_timeout_s(cfg)))
+
+
+DEFAULT_COLLECTIVE_TIMEOUT_S = 1800   # torch's and TrainingArguments' own default
+
+
+def collective_timeout_s(cfg: RunConfig, env: Mapping[str, str] = os.environ) -> int:
+    """How long a collective may wait before the process group gives up (TrainingArguments' ddp_timeout):
+    the config's `collective_timeout_s`, else the batch script's (WORKSHOP_COLLECTIVE_TIMEOUT_S: a
+    quarter of the job's time limit, workshop.slurm.render), else torch's 30 minutes."""
+    if cfg.collective_timeout_s > 0:
+        return cfg.collective_timeout_s
+    return int(env.get("WORKSHOP_COLLECTIVE_TIMEOUT_S") or 0) or DEFAULT_COLLECTIVE_TIMEOUT_S
 
 
 def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
     from transformers import TrainingArguments
 
+    return TrainingArguments(**training_kwargs(cfg, device, world))
+
+
+def training_kwargs(cfg: RunConfig, device: "Any", world: int) -> dict[str, Any]:
+    """TrainingArguments for a run on `device` with `world` processes (built apart so that a test can
+    read what a CUDA run would be given on a machine without CUDA)."""
     from workshop.training.sharding import trainer_sharding_kwargs
 
     on_cpu = device.type == "cpu"
@@ -133,6 +195,9 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         lr_scheduler_type="linear",
         logging_steps=cfg.logging_steps,
         logging_first_step=False,
+        # the Trainer's NaN filter asks `torch.isnan(loss) or torch.isinf(loss)` of every micro-batch: a
+        # host sync per step on a GPU. Off, a NaN loss is logged as NaN, which is what happened.
+        logging_nan_inf_filter=False,
         eval_strategy="epoch",
         # sharded (SHARDED_STATE_DICT under FSDP): each rank writes its own shard, none gathers the model
         # transformers also saves at the last step under "steps": checkpoint_at_end alone sets a save_steps
@@ -147,7 +212,8 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         bf16=cfg.precision == "bf16",
         fp16=cfg.precision == "fp16",
         use_cpu=on_cpu,
-        ddp_backend="gloo" if on_cpu and world > 1 else None,
+        ddp_backend=process_group_backend(cfg, device) if cfg.sharding != "none" else None,
+        ddp_timeout=collective_timeout_s(cfg),
         dataloader_num_workers=0,
         disable_tqdm=True,
         remove_unused_columns=False,
@@ -158,7 +224,7 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
     )
     kwargs[checkpointing_argument()] = cfg.activation_checkpointing and not cfg.is_fsdp
     kwargs.update(trainer_sharding_kwargs(cfg))
-    return TrainingArguments(**kwargs)
+    return kwargs
 
 
 def checkpointing_argument() -> str:
@@ -242,11 +308,13 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     from workshop.training.comm_recorder import CommRecorder
     from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
     from workshop.training.tensor_memory import TensorMemoryCallback
-    from workshop.training.trainer import CheckpointOnSignal, CourseTrainer
+    from workshop.training.throughput import ThroughputWindow
+    from workshop.training.trainer import CheckpointOnSignal, CourseTrainer, stop_check_every
 
     hf_logging.set_verbosity_warning()
     is_main = rank == 0
-    args = training_arguments(cfg, device, world)  # initialises the process group under torchrun
+    init_process_group(cfg, device)
+    args = training_arguments(cfg, device, world)
     hosts = _all_gather(run_record.node_name())
     prior = records_until(out / "metrics.jsonl", resume_from[1]) if resume_from else []
     if is_main:
@@ -282,14 +350,16 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     callback = MetricsCallback(out, counter, device, cfg.precision, n_params, model.config.n_layer,
                                model.config.hidden_size, is_main)
     callback.records.extend(prior)
+    # the instrumented steps (counted_steps.INSTRUMENTED_STEPS) run under these; the window counts the others
     callback.tensor_memory = tensor_mem = TensorMemoryCallback(device, cfg.offload, counter)
     # first among the callbacks: its step's trace closes before their collectives (stop flag, logs)
     comm = CommRecorder(out, device, counter, hosts, rank, is_main, cfg.comm_record, tensor_mem.measure_step)
-    stopper = CheckpointOnSignal(is_main, stop_requested)
-    batch_probe = GlobalBatchProbe(counter)     # after `callback`: it reads the counter before its reset
+    stopper = CheckpointOnSignal(is_main, stop_requested, every=stop_check_every(device))
+    callback.window = window = ThroughputWindow(counter, device)   # after `stopper`: a save ends its segment
+    batch_probe = GlobalBatchProbe(counter)
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[comm, tensor_mem, callback, stopper, batch_probe], counter=counter)
+                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -322,12 +392,10 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
             print(f"[workshop rank {r} host {host}] params_local={local} of {n_params} ({applied.get('wrapper')})",
                   flush=True)
     trains = [r for r in callback.records if r["kind"] == "train"]
-    totals = counter.totals
+    throughput = window.figures(_all_gather, callback.flops_per_token, callback.peak)
     peaks = [r["peak_mem_mb_per_rank"] for r in trains]
     per_rank = [max((v for v in col if v is not None), default=None) for col in zip(*peaks)]
     utils = [r["gpu_util_pct"] for r in trains if r["gpu_util_pct"] is not None]
-    window = [r for r in trains if not r.get("warmup")] or trains   # throughput: after the warm-up steps
-    mfus = [r["mfu"] for r in window if r["mfu"] is not None]
     summary = {
         "status": "completed", "world_size": world, "nodes": cfg.nodes, "hosts": hosts, "device": device.type,
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -340,9 +408,9 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "train_loss": round(train_loss(result, trains, resume_from is not None), 6),
         "resumed_from_step": resume_from[1] if resume_from else None,
         "eval_losses": [r["eval_loss"] for r in evals], "final_eval_loss": evals[-1]["eval_loss"],
-        "train_samples_per_s": round(totals["samples"] / totals["seconds"], 3) if totals["seconds"] else None,
-        "train_tokens_per_s": round(totals["tokens"] / totals["seconds"], 1) if totals["seconds"] else None,
-        "throughput_window": dict(counter.window),
+        "train_samples_per_s": throughput["train_samples_per_s"],
+        "train_tokens_per_s": throughput["train_tokens_per_s"],
+        "throughput_window": throughput["throughput_window"],
         "eval_samples_per_s": evals[-1].get("eval_samples_per_s"),
         "steps": trainer.state.global_step,
         "steps_per_epoch": -(-len(train_ds) // (cfg.batch_size * world * cfg.effective_grad_acc)),
@@ -355,7 +423,9 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "tensor_mem_overhead_pct": tensor_mem.overhead_pct(train_runtime),
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
         "gpu_util_pct": round(sum(utils) / len(utils), 1) if utils else None,
-        "mfu": round(sum(mfus) / len(mfus), 4) if mfus else None,
+        "mfu": throughput["mfu"],
+        "process_group_backend": str(dist.get_backend()) if dist.is_initialized() else None,
+        "collective_timeout_s": collective_timeout_s(cfg) if dist.is_initialized() else None,
         "grad_scaler": scaler.describe(getattr(trainer.accelerator, "scaler", None)),
         "em_before": before.get("exact_match"), "f1_before": before.get("f1"),
         "em_after": after.get("exact_match"), "f1_after": after.get("f1"),

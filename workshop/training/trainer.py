@@ -9,6 +9,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from workshop.training import fsdp_cpu
+from workshop.training.data import HOST_TOKENS
 from workshop.training.metrics import StepCounter
 
 
@@ -23,6 +24,7 @@ class CourseTrainer(Trainer):
         wants_fsdp = self.args.fsdp_plugin_args is not None
         if not (wants_fsdp and (fsdp_cpu.cpu_host() or self.args.use_cpu)):
             super().create_accelerator_and_postprocess()
+            fsdp_cpu.fp16_on_cpu(self.accelerator)
             if wants_fsdp:
                 fsdp_cpu.assert_fsdp_active(self.accelerator)
             return
@@ -33,12 +35,28 @@ class CourseTrainer(Trainer):
         finally:
             self.args.parallelism_config = mesh_config
         fsdp_cpu.force_fsdp_on_cpu(self.accelerator, self.args.fsdp_plugin_args, mesh_config)
+        fsdp_cpu.fp16_on_cpu(self.accelerator)
         self.is_fsdp_enabled = True
         fsdp_cpu.assert_fsdp_active(self.accelerator)
 
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
-        self.counter.add(inputs)
+        self.counter.add(inputs)   # counts on the host, and takes the collator's token count out of the batch
         return super().training_step(model, inputs, *args, **kwargs)
+
+    def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        inputs.pop(HOST_TOKENS, None)   # evaluation batches come from the same collator; the model never sees it
+        return super().prediction_step(model, inputs, *args, **kwargs)
+
+
+# How often the ranks agree on a stop request, in optimizer steps. The agreement is a collective and a
+# `.item()`: on a GPU that waits for the device to finish the step, so it runs every STOP_CHECK_EVERY_GPU
+# steps (the course's steps take well under a second: Slurm's USR1 lead of ~90 s is reached within
+# seconds). On a CPU nothing runs ahead of the host, so the ranks agree at every step.
+STOP_CHECK_EVERY_GPU = 10
+
+
+def stop_check_every(device: torch.device) -> int:
+    return 1 if device.type == "cpu" else STOP_CHECK_EVERY_GPU
 
 
 class CheckpointOnSignal(TrainerCallback):
@@ -47,13 +65,14 @@ class CheckpointOnSignal(TrainerCallback):
     Slurm sends USR1 `signal_lead_s` seconds before the time limit (`--signal=B:USR1@LEAD`) to the batch
     shell, which touches $WORKSHOP_STOP_FILE; a USR1 sent to a training process itself counts too
     (`requested` asks both). A request can reach the ranks in different steps, so the ranks agree on
-    it at every step end (one tiny all_reduce): all of them save the same step, or the sharded save
-    would wait forever for a rank still training.
+    it (one tiny all_reduce) at every `every`-th step end: all of them save the same step, or the
+    sharded save would wait forever for a rank still training.
     """
 
-    def __init__(self, is_main: bool, requested: Callable[[], bool]) -> None:
+    def __init__(self, is_main: bool, requested: Callable[[], bool], every: int = 1) -> None:
         self.is_main = is_main
         self.requested = requested
+        self.every = max(1, every)
         self.stopped_at: int | None = None
 
     def _anyone_requested(self) -> bool:
@@ -68,7 +87,7 @@ class CheckpointOnSignal(TrainerCallback):
         return bool(flag.item())
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
-        if self.stopped_at is None and self._anyone_requested():
+        if self.stopped_at is None and state.global_step % self.every == 0 and self._anyone_requested():
             self.stopped_at = state.global_step
             control.should_save = True
             control.should_training_stop = True

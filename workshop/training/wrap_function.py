@@ -24,6 +24,8 @@ from workshop.training.config import ConfigError, RunConfig, load_config
 JOB_FILE = "wrap_function.py"
 # What a notebook function may use without importing it in its own body: the cell above it imported these.
 HEADER = ("# Written by workshop.training.wrap_function.write_source from a notebook cell; the job imports this file.\n"
+          "# COMPUTE_DTYPE, the 16-bit dtype of the job's site (its profile's precision: torch.float16 on a V100,\n"
+          "# torch.bfloat16 elsewhere), is set by the job before it runs this file.\n"
           "import torch\n"
           "from torch.distributed.fsdp import (CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy,\n"
           "                                    fully_shard)\n")
@@ -90,14 +92,25 @@ def carry(cfg: RunConfig, job_dir: Path) -> RunConfig:
     return load_config(base=cfg, overrides={"wrap_function": f"{copy}:{name}"})
 
 
-def load(spec: str) -> Callable[..., Any]:
-    """Import FILE and return FUNCTION; a file that does not import, or lacks the function, says so."""
+def compute_dtype(precision: str) -> Any:
+    """The 16-bit dtype a site computes in, which a student's MixedPrecisionPolicy takes as COMPUTE_DTYPE:
+    fp16 where the profile trains in fp16 (a V100 has no bf16), bf16 everywhere else (fp32 CPU sites
+    included: bf16 runs on any CPU)."""
+    import torch
+
+    return torch.float16 if precision == "fp16" else torch.bfloat16
+
+
+def load(spec: str, site_dtype: Any = None) -> Callable[..., Any]:
+    """Import FILE (with COMPUTE_DTYPE = `site_dtype` in its namespace) and return FUNCTION; a file that
+    does not import, or lacks the function, says so."""
     path, name = split(spec)
     if not path.is_file():
         raise ConfigError("wrap_function", f"file {str(path)!r} does not exist", "submit again (submit copies it "
                           "into the job folder), or fix the path")
     module_spec = importlib.util.spec_from_file_location("workshop_student_wrap", path)
     module = importlib.util.module_from_spec(module_spec)  # type: ignore[arg-type]
+    module.COMPUTE_DTYPE = site_dtype  # type: ignore[attr-defined]
     try:
         module_spec.loader.exec_module(module)  # type: ignore[union-attr]
     except Exception as e:
@@ -118,7 +131,7 @@ def apply(cfg: RunConfig, model: Any) -> Any:
     from torch.distributed.fsdp import FSDPModule
 
     _, name = split(cfg.wrap_function)
-    fn = load(cfg.wrap_function)
+    fn = load(cfg.wrap_function, compute_dtype(cfg.precision))
     try:
         returned = fn(model)
     except Exception as e:
