@@ -28,9 +28,9 @@ FIXES = {
     "slurm_preempted.log": ("preempted", "resubmit (add #SBATCH --requeue to restart automatically)"),
     "slurm_oom_kill.log": ("host_oom", "ask for more memory (#SBATCH --mem=0 or --mem-per-gpu), or turn offload off "
                            "/ load the model on fewer ranks at once"),
-    "hub_offline.log": ("hub_offline", "download it once on a login node (`huggingface-cli download "
-                        "bigscience/bloom-560m`) into a shared HF_HOME, or use model=bloom-560m-random / tiny, "
-                        "which need no Hub"),
+    "hub_offline.log": ("hub_offline", "fill the shared HF_HOME once on a login node (`workshop prefetch --profile "
+                        "<site>`: the model and SQuAD, then a read-only offline load), or use model=bloom-560m-random "
+                        "/ tiny, which need no Hub"),
     "config_error.log": ("config_error", "at least 1; lower it (not to 0) when memory is short, and raise grad_acc"),
     "real_bandwidth_gate_failed_2proc.log": ("bandwidth_gate", "check that NCCL uses the fast network "
                                              "(NCCL_SOCKET_IFNAME / NCCL_IB_HCA in the env file); if it persists, "
