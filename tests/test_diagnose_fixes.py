@@ -12,9 +12,10 @@ from workshop.results.logs import parse_text
 FIXES = {
     "cuda_oom.log": ("cuda_oom", "lower batch_size to half and double grad_acc (same global batch), or switch to "
                      "full_shard / enable activation_checkpointing"),
-    "nccl_watchdog.log": ("nccl_timeout", "find the rank that stalled or died first (its own error is earlier in the "
-                          "log or in its node's output) and fix that; if none, run `workshop bandwidth` on the same "
-                          "nodes to test the network"),
+    "nccl_watchdog.log": ("nccl_timeout", "find why the silent rank stopped (its node's own output; on a live hang "
+                          "`py-spy dump --pid` shows where it waits) and fix that; if it recurs on one node, exclude "
+                          "it (#SBATCH --exclude=NODE) and tell the cluster staff; if none stalled, run `workshop "
+                          "bandwidth` on the same nodes to test the network"),
     "nccl_error.log": ("nccl_error", "rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the InfiniBand "
                        "settings in the course's env file, then test with `workshop bandwidth`"),
     "rendezvous_failure.log": ("rendezvous", "set MASTER_ADDR to the first node of the job (`scontrol show hostnames "
@@ -64,8 +65,8 @@ def test_titles_carry_the_logs_own_figures() -> None:
     assert oom.title == ("CUDA out of memory on rank 0 during step 3 (step 2 finished): tried 3.83 GiB, total "
                          "79.19 GiB, allocated 73.52 GiB, free 2.01 GiB")
     (wd,) = diagnose(LOGS / "nccl_watchdog.log")
-    assert wd.title == ("NCCL watchdog timeout in _ALLGATHER_BASE after 600 s: a collective waited for a rank that "
-                        "never joined")
+    assert wd.title == ("A collective timed out after 600 s in _ALLGATHER_BASE at step 13: rank 1 waited for a rank "
+                        "that never joined")
     (rdzv,) = diagnose(LOGS / "rendezvous_failure.log")
     assert rdzv.title == "Rendezvous failed: the processes could not meet at MASTER_ADDR (n1:29500)"
     (limit,) = diagnose(LOGS / "slurm_timeout.log")
