@@ -122,6 +122,8 @@ REFERENCE_NAMES: dict[str, str] = {
     "large_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
     "avg_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
     "max_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "inplace_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "gate_line_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
 }
 REFERENCE_MODULES: dict[str, str] = {
     "workshop.training.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
