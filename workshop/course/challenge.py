@@ -5,7 +5,8 @@ accumulation; their job runs exactly those. The checks grade what can be graded 
 student's own job and from rules that hold on any machine, never from a throughput measured elsewhere:
 
 - the job COMPLETED and trained the global batch asked (`global_batch_measured`);
-- its tensor peak (`peak_mem_mb`) stayed within the budget;
+- its tensor peak (`peak_mem_mb`) stayed within the budget (a challenge job only: another job of the step
+  that happens to fit earns nothing here);
 - the choice pays for nothing it did not need (`undominated`): no other choice of the same strategy
   that fits does less work, by turning offload or activation checkpointing off or by a larger
   micro-batch (fewer micro-batches per step). Offload copies, recomputation and extra micro-batches
@@ -204,11 +205,6 @@ def _summary(lab: Any, settings: Any) -> dict[str, Any]:
     return summary
 
 
-def completed(lab: Any, settings: Any) -> bool:
-    _summary(lab, settings)
-    return True
-
-
 def batch_as_asked(lab: Any, settings: Any) -> bool:
     want = terms(lab.profile, lab.overrides)["global_batch"]
     got = _summary(lab, settings).get("global_batch_measured")
@@ -219,6 +215,9 @@ def batch_as_asked(lab: Any, settings: Any) -> bool:
 
 
 def under_budget(lab: Any, settings: Any) -> bool:
+    """Within the budget, for a challenge job: one that trained the global batch asked (another job of the
+    step, such as section 2's runs, fits or not at a batch the challenge did not ask for)."""
+    batch_as_asked(lab, settings)
     budget = terms(lab.profile, lab.overrides)["budget_mb"]
     peak = _summary(lab, settings).get("peak_mem_mb")
     if peak is None or peak > budget:

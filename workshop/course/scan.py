@@ -220,6 +220,11 @@ def bound_names(source: str) -> set[str]:
     return _bound(source)
 
 
+def read_names(source: str) -> set[str]:
+    """Every name a cell reads from the notebook's namespace (at module level or from a function or lambda)."""
+    return _read(source)
+
+
 def protected_names(locked_sources: Iterable[str]) -> set[str]:
     """Names the locked cells bind and later read (lab, checks, reference, runs, ...): a student's
     cell that rebinds one changes what the tests run."""

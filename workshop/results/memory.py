@@ -307,12 +307,14 @@ COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
 def compare(summary: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
     """Predicted vs measured MB per rank and category for one run (summary.json + run_args.json's config).
 
-    Each rank is predicted at the batch shape its measured step trained on."""
+    Each rank is predicted at the batch shape its measured step trained on, on the device it ran on
+    (the summary's `device`: a config's "auto" says nothing of it)."""
     rows = []
+    ran_on = {**config, "device": summary.get("device") or config.get("device", "auto")}
     for rank, measured in enumerate(summary.get("tensor_mem_mb_per_rank") or []):
         if not measured:
             continue
-        predicted = estimate_config(config, measured.get("batch_shape")).as_mb()
+        predicted = estimate_config(ran_on, measured.get("batch_shape")).as_mb()
         for category in COMPARED:
             if category not in measured and category in (*HOST, "unsharded_grads"):
                 continue
