@@ -104,12 +104,13 @@ def test_the_budget_falls_in_a_gap_between_peaks() -> None:
 
 
 def test_the_class_budget_counts_the_notebooks_jobs() -> None:
-    """workshop/course/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job."""
-    runs = eval(solution_cell("nb03-runs-reference").split("STRATEGY_RUNS =", 1)[1], {"dict": dict})
+    """workshop/course/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job;
+    the notebook's checks read what each run's name means from there."""
     written = solution_cell("nb03-05-predict").split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
-    assert eval(written.split("runs =", 1)[1], {"dict": dict}) == runs    # the model answer writes what the tests read
+    runs = eval(written.split("runs =", 1)[1], {"dict": dict})
     settings_source = solution_cell("nb03-settings").split("### BEGIN SOLUTION")[1]
     mine = next(n.value for n in ast.walk(ast.parse(settings_source))
                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "my_settings")
     solution = eval(compile(ast.Expression(mine), "<settings>", "eval"), {"dict": dict})
     assert STATIC_RUNS["03_sharding_strategies"] == {**runs, "budget challenge": dict(step="strategies", **solution)}
+    assert 'STATIC_RUNS["03_sharding_strategies"]' in solution_cell("nb03-runs-reference")

@@ -61,6 +61,17 @@ def sent_across_by_node(ranks: list[dict]) -> dict[int, float]:
     return out
 
 
+def test_the_notebooks_figures_follow_from_the_rule() -> None:
+    """Notebook 05's BLOOM-560M figures, fp32, 2 nodes x 2 GPUs: 5.0 GB per node under full_shard, 2.24 GB under
+    hybrid_shard, 2.25 x; per rank half of each; only the all-gathers and reduce-scatters, or the all-reduce, cross."""
+    psi = 4 * 559_214_592
+    fs, hs = (traffic.network_bytes_per_node(s, 2, 2, psi) for s in ("full_shard", "hybrid_shard"))
+    assert round(fs / 1e9, 2) == 5.03 and round(hs / 1e9, 2) == 2.24 and fs / hs == pytest.approx(2.25)
+    assert traffic.crossing("full_shard", 2, 2) == ["all_gather", "reduce_scatter"]
+    assert traffic.crossing("hybrid_shard", 2, 2) == ["all_reduce"]
+    assert traffic.network_bytes_per_node("full_shard", 1, 8, psi) == 0
+
+
 def test_ranks_are_placed_node_by_node(measured: dict[str, list[dict]]) -> None:
     for ranks in measured.values():
         assert ranks[0]["nodes"] == [0, 0, 1, 1]
