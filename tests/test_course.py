@@ -125,6 +125,7 @@ def test_a_student_who_copies_what_the_notebook_shows_earns_at_most_a_quarter(gr
     course, rows, cells = graded
     auto = sum(course.max_points(name).values())
     row, scores = rows[("copier", name)], cells[("copier", name)]
+    print(f"copier {name}: nbgrader {row['score']:g}, verified {row['verified_score']:g} of {auto:g}")
     assert row["score"] <= 0.25 * auto and row["verified_score"] <= 0.25 * auto, (row, scores)
     copyable = {r["cell"].strip("`") for r in documented_cells() if r["notebook"] == name[:2] and r["copying"] == "yes"}
     assert {cell for cell, score in scores.items() if score} <= copyable, scores
@@ -138,6 +139,7 @@ def test_a_student_who_calls_the_reference_code_earns_at_most_a_quarter(graded: 
     course, rows, _ = graded
     auto = sum(course.max_points(name).values())
     row = rows[("caller", name)]
+    print(f"caller {name}: nbgrader {row['score']:g}, verified {row['verified_score']:g} of {auto:g}")
     assert row["score"] > 0.25 * auto, row                      # the route works in nbgrader's kernel ...
     assert row["verified_score"] <= 0.25 * auto, row            # ... and earns nothing the review confirms
     assert "reference-only" in row["flag_reasons"] and "withheld" in row["flag_reasons"], row
