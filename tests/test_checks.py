@@ -162,6 +162,7 @@ def test_a_student_who_debugs_and_patches_nothing_is_not_flagged() -> None:
     ("import traceback\nfor f, _ in traceback.walk_stack(None):\n    f.f_globals['checks'] = 1", r"walk_stack"),
     ("import sys\ntb = sys.exc_info()[2]\ng = tb.tb_frame.f_globals", "reaches a frame"),
     ("import sys as s\ns.settrace(print)", r"uses `sys\.settrace`"),
+    ("import os\nos = os\nos.system('true')", r"uses `os\.system`"),
     ("%time checks.number = print", r"assigns `checks\.number`"),
     ("%%time\nimport workshop.course.checks as wc\nwc.__dict__['number'] = print", r"`\.__dict__`"),
     ("%%capture\nprint(1)", "get_ipython"),
@@ -200,6 +201,12 @@ def test_a_debugging_module_imported_in_one_cell_is_judged_where_it_is_used() ->
 def test_reference_only_code_in_a_students_cell_is_flagged(source: str, reason: str) -> None:
     found = scan_answers(source)
     assert any(re.search(reason, r) for r in found), found
+
+
+def test_a_students_own_names_are_not_the_course_code_of_the_same_name() -> None:
+    """`traffic`, `estimate` or `os` bound by the student's own cells are theirs, whichever cell reads them."""
+    assert scan_answers("traffic = {'full_shard': 5.0}\nestimate = 3\nos = 'linux'",
+                        "ratio = traffic['full_shard'] / estimate\nprint(os.upper())") == []
 
 
 def test_lesson_tools_asked_in_a_cell_are_not_flagged() -> None:

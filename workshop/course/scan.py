@@ -362,10 +362,11 @@ def _magic_calls(tree: ast.AST) -> tuple[set[int], list[tuple[int, str]]]:
 
 
 def findings(source: str, protected: set[str], modules: set[str], key: set[str] | frozenset[str] = frozenset(),
-             debug: dict[str, str] | None = None) -> list[tuple[int, str]]:
+             debug: dict[str, str] | None = None, theirs: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
     """(line, what) for every suspect construct in one cell's source (a cell the student could edit).
 
-    `debug`: the debugging modules' names in the notebook (`debug_aliases`); by default this cell's own imports."""
+    `debug`: the debugging modules' names in the notebook (`debug_aliases`); by default this cell's own imports.
+    `theirs`: names the student's cells bind by assignment (a `traffic = ...` of theirs is not the module)."""
     tree = parse(source)
     if tree is None:
         return []
@@ -376,13 +377,14 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
     rebound = protected & own   # a comprehension's `name` or a function's local is not the test's
     for name in sorted((key - own) & read):
         out.append((0, f"reads `{name}`, which the instructor's cells bind for the tests (the answer key)"))
-    for name in sorted((set(REFERENCE_NAMES) - own) & read):
+    debug = {alias: module for alias, module in debug.items() if alias not in theirs}
+    for name in sorted((set(REFERENCE_NAMES) - own - set(theirs)) & read):
         out.append((0, f"uses `{name}`, {REFERENCE_NAMES[name]}: reference-only, the tests compute their answers "
                        "with it (docs/grading.md)"))
     parents = _parents(tree)
     skip_names, magic_code = _magic_calls(tree)
     for line, code in magic_code:   # what %time and %timeit run is the student's code too
-        out += [(line, what) for _, what in findings(code, protected, modules, key, debug)]
+        out += [(line, what) for _, what in findings(code, protected, modules, key, debug, theirs)]
     # the student's own modules (import x as y) and classes: where an attribute assignment lands
     imported = set(modules)
     classes: list[ast.ClassDef] = []
@@ -518,6 +520,9 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozen
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     modules.update((a.asname or a.name).split(".")[0] for a in node.names)
     debug = debug_aliases(cell.locked_source or cell.source for cell in cells)
+    # names the student binds by assignment and nothing imports (`sys = sys` does not make `sys` theirs)
+    theirs = set().union(*(_bound(c.source) - _imported(c.source) for c in cells if c.locked_source is None))
+    theirs -= set().union(*(_imported(c.locked_source or c.source) for c in cells))
     reasons: list[tuple[int, str]] = []
     for i, cell in enumerate(cells):
         if cell.locked_source is not None:
@@ -525,7 +530,7 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozen
                 reasons.append((i, f"{cell.label}: a locked cell was edited (nbgrader ran the original)"))
             continue
         seen: set[str] = set()
-        for line, what in sorted(findings(cell.source, protected, modules, key, debug)):
+        for line, what in sorted(findings(cell.source, protected, modules, key, debug, theirs)):
             if what not in seen:
                 seen.add(what)
                 reasons.append((i, f"{cell.label} line {line}: {what}" if line else f"{cell.label}: {what}"))
