@@ -1,5 +1,5 @@
 # The two set-up commands of README.md. Each installs what it needs first.
-.PHONY: course test venv
+.PHONY: course test venv mutation
 
 venv:
 	@bash scripts/bootstrap.sh
@@ -11,3 +11,10 @@ course: venv
 # The test suite, including the real Slurm test cluster on localhost (installed and started as root).
 test: venv
 	bash scripts/test.sh
+
+# Mutation testing (not part of `make test`: about an hour on 2 cores): mutmut changes one line at a time of the
+# modules that grade students and instructors and runs the fast tests that reach it; the report goes to
+# benchmarks/cpu/mutation-DATE.md (score, and the survivors left on purpose with their reasons).
+mutation: venv
+	.venv/bin/python -m pip install -q -e ".[test,mutation]"
+	.venv/bin/python benchmarks/mutation.py

@@ -17,6 +17,7 @@ import pytest
 from workshop.training.config import ConfigError
 from workshop.slurm import JobState, submit_all
 from workshop.slurm.local_backend import started_marker
+from tests.waiting import until
 
 
 @pytest.fixture()
@@ -56,20 +57,23 @@ def test_one_call_runs_the_jobs_side_by_side_as_cores_allow_and_queues_the_rest(
     t0 = time.monotonic()
     jobs = submit_all(specs, prof, jobs_dir=two_cores / "jobs")
     assert list(jobs) == list(specs)
-    time.sleep(0.5)
+    # the first two leave the queue (a busy machine may take a while to start them): the third stays in it
+    until(lambda: all(started_marker(jobs[n].record).exists() for n in ("seed 1", "seed 2")), "two jobs to start")
     first = jobs.states()
-    assert sorted(s.value for s in first.values()) == ["PENDING", "RUNNING", "RUNNING"], first
+    assert [first[n].value for n in specs] == ["RUNNING", "RUNNING", "PENDING"], first
     assert "waiting for free cores" in jobs["seed 3"].reason
-    states = jobs.wait(timeout=60, poll=0.2)
+    states = jobs.wait(timeout=300, poll=0.2)
     took = time.monotonic() - t0
     assert states == {name: JobState.COMPLETED for name in specs}
     (s1, e1), (s2, e2), (s3, e3) = (span(jobs[n]) for n in specs)
     assert s2 < e1 and s1 < e2                      # the first two overlap
     assert s3 >= min(e1, e2) - 0.05                 # the third waited for a free core
-    assert 4 <= took < 3 * 2, took                  # two waves of 2 s, not three
+    assert took >= 4                                # two waves of 2 s each at least (the upper bound is the machine's)
     out = capsys.readouterr().out
     assert all(f"{jobs[n].job_id} {n}: COMPLETED" in out for n in specs)   # one display for all
-    assert all(jobs[n].elapsed() == pytest.approx(2, abs=1) for n in specs)
+    for n in specs:                                 # the scheduler's clock is the queue's files: each ran its 2 s
+        start, end = span(jobs[n])
+        assert jobs[n].elapsed() == round(end - start, 1) and end - start >= 1.95
 
     again = submit_all(specs, prof, jobs_dir=two_cores / "jobs")   # the cell run again
     assert {n: j.job_id for n, j in again.items()} == {n: j.job_id for n, j in jobs.items()}
@@ -80,7 +84,7 @@ def test_a_job_bigger_than_a_free_core_waits_for_the_one_before_it(two_cores):
     prof = sleeper(two_cores, 1.5)
     jobs = submit_all({"one": ("baseline", {}), "two": ("strategies", {"procs_per_node": 2}),
                        "after": ("baseline", {"seed": 7})}, prof, jobs_dir=two_cores / "jobs")
-    assert set(jobs.wait(timeout=60, poll=0.2).values()) == {JobState.COMPLETED}
+    assert set(jobs.wait(timeout=300, poll=0.2).values()) == {JobState.COMPLETED}
     (s1, e1), (s2, e2), (s3, _) = (span(jobs[n]) for n in ("one", "two", "after"))
     assert s2 >= e1 - 0.05       # two cores: it waits for "one", although one core was free
     assert s3 >= s2              # and "after" does not jump the queue onto that free core
@@ -89,7 +93,7 @@ def test_a_job_bigger_than_a_free_core_waits_for_the_one_before_it(two_cores):
 def test_one_call_cancels_the_cell_s_jobs_running_or_queued(two_cores):
     prof = sleeper(two_cores, 300)
     jobs = submit_all({n: ("strategies", {"seed": n}) for n in (1, 2)}, prof, jobs_dir=two_cores / "jobs")
-    time.sleep(0.5)
+    until(lambda: started_marker(jobs[1].record).exists(), "the first job to start")
     assert [s.value for s in jobs.states().values()] == ["RUNNING", "PENDING"]
     assert set(jobs.cancel().values()) == {JobState.CANCELLED}
     assert jobs.wait(timeout=10, quiet=True) == {1: JobState.CANCELLED, 2: JobState.CANCELLED}

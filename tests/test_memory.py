@@ -68,9 +68,9 @@ def test_full_shard_4_gpus_bf16_by_hand() -> None:
     assert bd.grads == P560 and bd.unsharded_grads == 2 * Vh
     assert bd.optimizer == 2 * P560  # 8 bytes · P / 4 ranks
     x = 8 * 512
-    # no autocast weight casts under FSDP's MixedPrecisionPolicy: the none-run's activations less them
-    none = estimate("bloom-560m", "none", 1, "bf16", 8, 512)
-    assert bd.activations == none.activations - 2 * (Vh + arch.layers * 12 * arch.hidden ** 2)
+    # no autocast weight casts under FSDP's MixedPrecisionPolicy: the none-run's 19,908,526,080 less their
+    # 2·(V·h + 24·12h²) = 1,117,782,016
+    assert bd.activations == 19_908_526_080 - 1_117_782_016 == 18_790_744_064
     assert bd.peak == P560 + 2 * Vh + 2 * P560 + bd.activations + 2 * x * arch.vocab
 
 
@@ -98,7 +98,12 @@ def test_fp32_and_grad_accumulation() -> None:
     # FSDP2 without sync on non-final micro-batches keeps every unit's unsharded gradient: 4·P at any world
     one = estimate("tiny", "full_shard", 4, "fp32", 2, 32)
     acc = estimate("tiny", "full_shard", 4, "fp32", 2, 32, grad_acc=2)
-    assert acc.unsharded_grads == 4 * p and acc.grads == one.grads == p and acc.peak == one.peak + 4 * p
+    assert acc.unsharded_grads == 4 * p and acc.grads == one.grads == p
+    # one step, x = 64: the fp32 shard P/4·4 = 322,368 + the fp32 embedding 4·V·h = 393,216 + AdamW 644,736
+    # + activations 2·(64·x·h + 4·b·a·s²) + 12·x·h + 64·x + 8·x·V = 851,968 + 602,112 + the loss's gradient
+    # 4·x·V = 262,144; with accumulation every unit's unsharded gradient (4P = 1,289,472) on top
+    assert one.peak == 322_368 + 393_216 + 644_736 + 851_968 + 602_112 + 262_144 == 3_076_544
+    assert acc.peak == 3_076_544 + 1_289_472
 
 
 def test_activation_checkpointing_by_hand() -> None:
@@ -124,8 +129,9 @@ def test_checkpointed_activations_peak_with_one_block_recomputed() -> None:
     tiny = get_arch("tiny")
     x = 2 * 32
     bd = estimate("tiny", "full_shard", 2, "fp32", 2, 32, activation_checkpointing=True)
-    block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32  # one block's internals, recomputed in backward
-    assert bd.activations == activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) + block
+    block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32  # one block's internals, recomputed in backward: 425,984
+    kept = 2 * 4 * 4 * x * 96 + 12 * x * 96 + 64 * x + 8 * x * 1024   # checkpointed blocks' inputs + outside
+    assert tiny.layers == 2 and bd.activations == kept + block == 1_224_704
 
 
 def test_bad_configs_are_refused() -> None:
@@ -160,15 +166,17 @@ def test_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert memory.main(["--model", "bloom-560m", "--sharding", "full_shard", "--world-size", "4",
                         "--precision", "bf16", "--batch-size", "8", "--max-length", "512"]) == 0
     out = capsys.readouterr().out
-    bd = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
-    assert "559,214,592" in out and f"{bd.peak / MB:,.1f} MB" in out
+    # peak 23,037,399,040 bytes (tests/test_memory_by_hand.py's arithmetic) = 21,970.18 MB, 21.46 GiB
+    assert "559,214,592" in out and "  peak             21,970.2 MB  (21.46 GiB per GPU, most alive at once)" in out
     for category in ("params", "grads", "optimizer", "activations", "other", "peak"):
         assert f"  {category} " in out
     assert memory.main(["--sharding", "none", "--world-size", "2"]) == 2
     assert memory.main(["--course"]) == 0
     course = capsys.readouterr().out
-    full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512).as_mb()
-    assert "full_shard x4 " in course and f"{full['optimizer']:,.0f}" in course and f"{full['peak']:,.0f}" in course
+    row = next(line for line in course.splitlines() if line.startswith("  full_shard x4 "))
+    # params P + 2(V·h + block) = 1,098,209,280 B = 1,047 MB; grads P / 4 = 533 MB; AdamW 2P = 1,067 MB;
+    # activations 18,790,744,064 B = 17,920 MB; other 9,298,825,216 B = 8,868 MB; peak 21,970 MB; no host memory
+    assert row.split()[2:] == ["1,047", "533", "1,067", "17,920", "8,868", "21,970", "21,970", "0"], row
     assert memory.main(["--json", "--fit-gpu-gb", "79", "--world-size", "8"]) == 0
 
 
@@ -202,7 +210,7 @@ MEASURED = [((), 1), (("--sharding", "full_shard"), 1),
             (("--sharding", "full_shard", "--activation-checkpointing"), 2),
             (("--sharding", "ddp", "--activation-checkpointing"), 2)]
 TOLERANCE = {"params": 0.05, "grads": 0.05, "optimizer": 0.05, "host_params": 0.05, "host_grads": 0.05,
-             "host_optimizer": 0.05, "activations": 0.25, "peak": 0.15}
+             "host_optimizer": 0.05, "activations": 0.25, "other": 0.15, "peak": 0.15}
 
 
 @pytest.mark.slow
@@ -218,8 +226,13 @@ def test_model_matches_the_measured_tensor_memory(runs, flags: tuple[str, ...], 
     rows = memory.compare(run.summary, config)
     assert {r["rank"] for r in rows} == set(range(nproc))
     checked = [r for r in rows if r["category"] in TOLERANCE]
-    assert {r["category"] for r in checked} >= {"params", "grads", "optimizer", "activations", "peak"}
+    assert {r["category"] for r in checked} >= {"params", "grads", "optimizer", "activations", "other", "peak"}
     for r in checked:
+        if r["category"] == "other" and config["precision"] != "fp32":
+            # backward's temporaries are counted in fp32 (calibrated on fp32 runs, within 8 % of them); a
+            # 16-bit run keeps some in bf16: the model is an upper bound there (measured +17 to +37 %)
+            assert r["measured_mb"] <= r["predicted_mb"] <= 1.5 * r["measured_mb"], r
+            continue
         assert r["predicted_mb"] == pytest.approx(r["measured_mb"], rel=TOLERANCE[r["category"]], abs=1e-3), r
     assert run.summary["tensor_mem_overhead_pct"] is not None  # the measured step's cost: bounded below
 
@@ -233,7 +246,26 @@ def test_measuring_tensor_memory_stays_a_small_share_of_a_course_run(runs, shard
     several times dearer (it cost 10-19 % of these runs before its per-operator work was cut)."""
     s = runs.get("--sharding", sharding, nproc=2).summary
     assert s["steps"] == 12
-    assert 0 <= s["tensor_mem_overhead_pct"] <= 25, s["tensor_mem_overhead_pct"]
+    assert 0 <= s["tensor_mem_overhead_pct"] <= SUITE_OVERHEAD_BOUND_PCT, s["tensor_mem_overhead_pct"]
+
+
+SUITE_OVERHEAD_BOUND_PCT = 25.0
+
+
+def test_the_design_states_the_overhead_bounds_the_checks_hold() -> None:
+    """docs/design.md says what holds the tensor-memory overhead: the benchmark's bound on a quiet machine and
+    this suite's looser one beside its other work; both numbers are the ones the checks use."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("overhead", root / "benchmarks" / "tensor_memory_overhead.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    design = " ".join((root / "docs" / "design.md").read_text().split())
+    assert f"holds notebook 03's 12-step runs to {bench.BOUND_PCT:.0f} % on a quiet machine" in design
+    assert (f"`test_measuring_tensor_memory_stays_a_small_share_of_a_course_run` holds the same runs to "
+            f"{SUITE_OVERHEAD_BOUND_PCT:.0f} %") in design
 
 
 @pytest.mark.slow

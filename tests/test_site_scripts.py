@@ -173,7 +173,7 @@ def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) 
         time.sleep(0.2)
     t0 = time.monotonic()
     os.kill(_batch_shell(job.record.pid), signal.SIGUSR1)
-    state = job.wait(timeout=120, poll=0.2)
+    state = job.wait(timeout=600, poll=0.2)
     stop_s = time.monotonic() - t0
     log = job.tail(400)
     assert state is JobState.CHECKPOINTED, log
@@ -187,7 +187,7 @@ def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) 
 
     again = submit("multi_gpu", profile="local", overrides=run, jobs_dir=jobs, resume=True)
     assert again.job_dir == job.job_dir and [h["state"] for h in again.record.history] == ["CHECKPOINTED"]
-    assert again.wait(timeout=240, poll=0.2) is JobState.COMPLETED, again.tail(60)
+    assert again.wait(timeout=600, poll=0.2) is JobState.COMPLETED, again.tail(60)
     assert again.summary()["resumed_from_step"] == step and again.summary()["steps"] == 48
 
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import until
 
 from workshop.slurm import Job, submit
 from workshop.slurm.jobs import JobsDirError
@@ -21,6 +22,7 @@ KERNEL = """
 import json, os, sys, time
 from workshop.slurm import submit
 go = sys.argv[2]
+open(go + f".ready-{os.getpid()}", "w").close()     # imported: on the start line
 while not os.path.exists(go):
     time.sleep(0.001)
 job = submit("baseline", profile="local", overrides=json.loads(sys.argv[3]), jobs_dir=sys.argv[1])
@@ -37,7 +39,8 @@ def test_two_kernels_submitting_at_once_get_one_job(tmp_path: Path) -> None:
     kernels = [subprocess.Popen([sys.executable, "-c", KERNEL, str(jobs), str(go), json.dumps(TINY)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                for _ in range(2)]
-    time.sleep(3.0)                     # both have imported workshop and are spinning on the start line
+    # both have imported workshop and are spinning on the start line (however long a busy machine takes)
+    until(lambda: len(list(tmp_path.glob("go.ready-*"))) == 2, "both kernels to import workshop", timeout=300)
     go.write_text("go\n")
     outs = [k.communicate(timeout=60) for k in kernels]
     assert all(k.returncode == 0 for k in kernels), outs

@@ -75,7 +75,7 @@ def class_jobs(cluster) -> dict[str, str]:
 
 def settled(ids: set[str], **selection: str) -> None:
     """Wait until accounting lists the jobs under the selection (slurmdbd lags the job's own record)."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while not ids <= {j.job_id for j in classview.query(**selection).jobs} and time.monotonic() < deadline:
         time.sleep(1.0)
 

@@ -171,3 +171,36 @@ def test_the_instructors_job_in_every_submission_passes(genuine, tmp_path, capsy
     assert rc == 1 and v["bob", "a1"].ok and v["carol", "a1"].ok
     assert any("ran as 'root', not as 'dave'" in r for r in v["dave", "a1"].reasons)
     assert any("the results (digest) of the instructor's job" in r for r in v["dave", "a1"].reasons)
+
+
+def test_forged_hosts_and_start_time_are_flagged_against_accounting(genuine, tmp_path, capsys, monkeypatch) -> None:
+    """A forger who holds the site's key (the strongest case: the seal is valid) still cannot move a job to
+    other nodes or other times: sacct's NodeList and Start say where and when it ran."""
+    job = hand_in(tmp_path, "alice", "a1", genuine["alice"])
+    summary_path = job / "run" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    moved = dict(summary, hosts=["gpu42"] * len(summary["hosts"]))
+    summary_path.write_text(json.dumps(moved, indent=1))
+    sealed = verify.digest(json.loads((job / "run" / "digest.json").read_text())["job_id"], moved,
+                           verify.read_metrics(job / "run" / "metrics.jsonl"), KEY)
+    (job / "run" / "digest.json").write_text(json.dumps(sealed))
+    log = _log(job)
+    lines = log.read_text().splitlines(keepends=True)
+    forged = []
+    for line in lines:
+        if line.startswith("WORKSHOP_SUMMARY "):
+            line = "WORKSHOP_SUMMARY " + json.dumps(moved) + "\n"
+        elif line.startswith("WORKSHOP_DIGEST "):
+            line = "WORKSHOP_DIGEST " + json.dumps(sealed) + "\n"
+        elif line.startswith("[job] start "):
+            line = "[job] start 2020-01-01T00:00:00+00:00 on gpu42\n"
+        forged.append(line)
+    log.write_text("".join(forged))
+    rc, v = run_verify(tmp_path, capsys, monkeypatch)
+    nodes = sorted(set(summary["hosts"]))
+    record = v["alice", "a1"]
+    assert rc == 1
+    assert record.reasons[0] == f"the log's hosts ['gpu42'] are not the job's nodes {nodes}", record.reasons
+    assert record.reasons[1].startswith("the log starts at 2020-01-01T00:00:00+00:00, Slurm started the job at "), \
+        record.reasons
+    assert len(record.reasons) == 2, record.reasons                  # the seal holds: nothing else is wrong

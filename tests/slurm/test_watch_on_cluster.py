@@ -130,9 +130,9 @@ def test_an_accounting_outage_is_shown_and_the_logs_are_followed_to_the_end(clus
     try:
         jobs = submit_all({"during outage": ("baseline", {**TINY, "seed": 3})}, slow_start_profile(tmp_path, 2),
                           jobs_dir=jobs_dir)
-        t0 = time.monotonic()
-        states = jobs.wait(timeout=240, poll=0.5)
-        assert time.monotonic() - t0 < 200
+        # the wait ends on the job's own log (state_from "log", below), not at its timeout: how long it took
+        # is the machine's business
+        states = jobs.wait(timeout=300, poll=0.5)
         job = jobs["during outage"]
         assert states == {"during outage": JobState.COMPLETED}
         assert job.record.state_from == "log" and "[job] end" in job.tail(3)

@@ -137,6 +137,23 @@ class Lab:
 
         return memory_table([self._source(j) for j in jobs], names)
 
+    def comm(self, jobs: Sequence[Any], names: Sequence[str] | None = None, predicted: Mapping[str, Any] | None = None,
+             measure: str = "sent_elements") -> pd.DataFrame:
+        """The collectives of each job's recorded step beside the communication model (and `predicted`,
+        {name: {kind: value}}, a prediction of your own), per rank and step, by kind; "not measured" and
+        why for a job that recorded none (workshop.results.comm_compare.comm_table).
+        `lab.plot("comm", table)` draws it."""
+        from workshop.results.comm_compare import comm_table
+
+        return comm_table([self._source(j) for j in jobs], names, predicted, measure)
+
+    def network(self, jobs: Sequence[Any], names: Sequence[str] | None = None, by: str = "rank") -> pd.DataFrame:
+        """What crosses between nodes per rank or per node, measured beside the model
+        (workshop.results.comm_compare.network_table)."""
+        from workshop.results.comm_compare import network_table
+
+        return network_table([self._source(j) for j in jobs], names, by)
+
     def gpu_counts(self, step: str = "multi_gpu") -> list[int]:
         """1, 2, 4, ... up to the GPUs of one node of the step's partition (CPU profiles: up to 4)."""
         from workshop.slurm.steps import gpu_counts
@@ -224,9 +241,11 @@ class Lab:
         return job.log_path if hasattr(job, "log_path") else job
 
     def plot(self, kind: str, jobs: Sequence[Any], save: str | None = None, **kw: Any) -> Any:
-        """loss | scaling | bandwidth | memory | memory_categories plots, saved as PNG under plots/ when `save`
-        is given. memory_categories takes jobs (or the table `memory(jobs)` returned): predicted and
-        measured tensor memory per category, stacked, one pair of bars per job."""
+        """loss | scaling | bandwidth | memory | memory_categories | comm | timeline plots, saved as PNG under
+        plots/ when `save` is given. memory_categories takes jobs (or the table `memory(jobs)` returned):
+        predicted and measured tensor memory per category, stacked, one pair of bars per job; comm takes
+        jobs (or `comm(jobs)`'s table): the collectives by kind, prediction beside measurement; timeline
+        takes one job: its recorded step, one row per rank, compute and each collective."""
         from workshop.results import plots
 
         path = Path("plots") / f"{save}.png" if save else None
@@ -242,7 +261,16 @@ class Lab:
         if kind == "memory_categories":
             table = jobs if isinstance(jobs, pd.DataFrame) else self.memory(jobs, kw.get("names"))
             return plots.memory_category_bars(table, path=path)
-        raise ValueError(f"unknown plot kind {kind!r}: use loss, scaling, bandwidth, memory or memory_categories")
+        if kind in ("comm", "timeline"):
+            from workshop.results import comm_plots
+
+            if kind == "timeline":  # one job's recorded step (its run folder holds the trace)
+                job = jobs[0] if isinstance(jobs, (list, tuple)) else jobs
+                return comm_plots.step_timeline(job, path=path)
+            table = jobs if isinstance(jobs, pd.DataFrame) else self.comm(jobs, kw.get("names"), kw.get("predicted"))
+            return comm_plots.comm_bars(table, path=path)
+        raise ValueError(f"unknown plot kind {kind!r}: use loss, scaling, bandwidth, memory, memory_categories, "
+                         "comm or timeline")
 
 
 # ---------------------------------------------------------------------- autograded checks

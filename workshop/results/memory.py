@@ -34,8 +34,8 @@ Categories (each one's own peak over a training step, as workshop.training.tenso
   of them (the tracker counts recomputed tensors as activations). Calibrated on the tiny model and
   checked by tests against the measurement; the coefficients are counts of tensors in BLOOM's
   forward, not per-run constants.
-- other: temporaries (the loss gradient, gradients of activations in backward), DDP's all-reduce
-  copies, FSDP's all-gather/reduce-scatter buffers.
+- other: temporaries (the loss gradient, gradients of activations in backward) and FSDP's
+  all-gather/reduce-scatter buffers. DDP's all-reduce runs in its buckets (`ddp_buckets`, below).
 - peak: at the start of backward: stored params + gathered units + optimizer state + activations +
   the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
   the largest activations of all.
@@ -257,8 +257,10 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
         if grad_acc > 1:  # a later micro-batch's incoming gradient, counted as one before it is added in:
             bd.grads += 4 * max(Vh, 4 * arch.hidden ** 2)  # the largest parameter's (the tied embedding)
         if sharding == "ddp":
-            bd.other += 4 * P  # the all-reduce's gradient copies
-            bd.ddp_buckets = 4 * P  # fp32 like the gradients they copy; outside the tracker's view
+            # the all-reduce works in DDP's gradient buckets: fp32 like the gradients they copy, allocated
+            # when DDP wraps the model, outside the tracker's view (so not in `other`; measured: the tracker's
+            # `other` of DDP runs is the one-process run's, tests/test_memory.py)
+            bd.ddp_buckets = 4 * P
         act_at_peak = act_fwd - (c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0)
         held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
         bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, act_fwd + recomputed)
@@ -346,9 +348,17 @@ BLOOM_LADDER: tuple[tuple[int, int], ...] = (
     (8192, 48), (10240, 56), (12288, 64), (14336, 70))
 
 
+# The published checkpoints' own head counts: bloom-1b1 (16 heads of 96) and bloom-3b (32 of 80) follow no
+# single head-dim rule, and the attention scores (b·heads·s² per block) grow with the count.
+PUBLISHED_HEADS = {(a.hidden, a.layers): a.heads for a in PROFILES.values() if a.vocab == 250880}
+
+
 def bloom_family_arch(hidden: int, layers: int, vocab: int = 250880) -> Arch:
-    """BLOOM's head rule: head dim 64 up to hidden 1024, 128 above (560m: 16x64, 1b7: 16x128, 7b1: 32x128)."""
-    heads = max(1, hidden // 64) if hidden <= 1024 else max(1, hidden // 128)
+    """A rung's shapes: a published checkpoint's own heads; between them BLOOM's usual head dim, 64 up
+    to hidden 1024 and 128 above (560m: 16x64, 1b7: 16x128, 7b1: 32x128)."""
+    heads = PUBLISHED_HEADS.get((hidden, layers)) if vocab == 250880 else None
+    if heads is None:
+        heads = max(1, hidden // 64) if hidden <= 1024 else max(1, hidden // 128)
     return Arch(f"bloom-h{hidden}-l{layers}", vocab, hidden, layers, heads)
 
 

@@ -109,6 +109,8 @@ class RunConfig:
     logging_steps: int = _help("log metrics every N optimizer steps", default=1)
     eval_generate: bool = _help("measure EM/F1 by greedy generation before and after training",
                                 default=True)
+    comm_record: bool = _help("record every collective of one optimizer step with PyTorch's profiler and flight "
+                              "recorder (summary.json's comm, the run folder's comm_trace.json)", default=True)
     max_new_tokens: int = _help("longest generated answer for EM/F1", default=16)
     output_dir: str = _help("where the run writes run_args.json, metrics.jsonl, summary.json",
                             default="runs/latest")

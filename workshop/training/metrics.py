@@ -83,8 +83,10 @@ def peak_memory_mb(device: torch.device, tensor_memory: Any = None) -> tuple[flo
     """(peak used, peak reserved or None, kind): the CUDA allocator's peaks over training on a GPU; on a CPU
     the tensor peak of the step `tensor_memory` (workshop.training.tensor_memory) measured, or peak RSS without it."""
     if device.type == "cuda":
-        return (torch.cuda.max_memory_allocated(device) / 2**20,
-                torch.cuda.max_memory_reserved(device) / 2**20, "cuda_allocated")
+        # the tracker's measured step resets the allocator's peak counters; it keeps what they held before
+        allocated, reserved = (tensor_memory.allocator_peaks() if tensor_memory is not None else
+                               (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)))
+        return allocated / 2**20, reserved / 2**20, "cuda_allocated"
     if tensor_memory is not None:
         return tensor_memory.peak_so_far_mb(), None, "tensor"
     return peak_rss_mb(), None, "rss"
@@ -116,7 +118,25 @@ class StepCounter:
     last_shape: tuple[int, ...] = ()
     totals: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
     warmup: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
-    window: dict[str, int] = field(default_factory=lambda: {"warmup_steps": 0, "from_step": 0, "to_step": 0})
+    window: dict[str, Any] = field(default_factory=lambda: {"warmup_steps": 0, "from_step": 0, "to_step": 0})
+    # instrumented steps since the last log, and every one so far: see leave_out_of_throughput
+    left_out: dict[str, float] = field(default_factory=lambda: {"samples": 0, "tokens": 0, "seconds": 0.0})
+    left_out_steps: list[int] = field(default_factory=list)
+
+    def leave_out_of_throughput(self, step: int, seconds: float, samples: int, tokens: int) -> None:
+        """THE place where an instrumented optimizer step leaves the throughput window: its time (the
+        instrumentation's own work included) and this rank's samples and tokens are taken out of the
+        next log's interval before it is added to the window. Summary throughput counts steady steps only:
+        a step run under a profiler or a tracker is not one (workshop.training.comm_recorder calls this)."""
+        self.left_out["seconds"] += seconds
+        self.left_out["samples"] += samples
+        self.left_out["tokens"] += tokens
+        self.left_out_steps.append(step)
+
+    def take_left_out(self) -> dict[str, float]:
+        """What leave_out_of_throughput put aside since the last log, and reset it."""
+        taken, self.left_out = self.left_out, {"samples": 0, "tokens": 0, "seconds": 0.0}
+        return taken
 
     def close_window(self) -> None:
         """A run too short to leave the warm-up: count its warm-up steps, and say so in `window`."""
@@ -193,16 +213,21 @@ class MetricsCallback(TrainerCallback):
         if "loss" in logs:
             now = time.perf_counter()
             elapsed, self._last = now - self._last, now
-            samples, tokens = _all_reduce_sum([self.counter.samples, self.counter.tokens])
+            left = self.counter.take_left_out()
+            samples, tokens, left_samples, left_tokens = _all_reduce_sum(
+                [self.counter.samples, self.counter.tokens, left["samples"], left["tokens"]])
             warm = state.global_step <= self.warmup_until
             sums = self.counter.warmup if warm else self.counter.totals
-            sums["samples"] += samples
-            sums["tokens"] += tokens
-            sums["seconds"] += elapsed
+            # the record below shows the whole interval; the window leaves instrumented steps out
+            sums["samples"] += samples - left_samples
+            sums["tokens"] += tokens - left_tokens
+            sums["seconds"] += max(0.0, elapsed - left["seconds"])
             if not warm:
                 window = self.counter.window
                 window["from_step"] = window["from_step"] or state.global_step - args.logging_steps + 1
                 window["to_step"] = state.global_step
+            if self.counter.left_out_steps:
+                self.counter.window["left_out_steps"] = sorted(set(self.counter.left_out_steps))
             self.counter.samples = self.counter.tokens = 0
             used, reserved, kind = peak_memory_mb(self.device, self.tensor_memory)
             per_rank = _all_gather(round(used, 1) if used is not None else None)

@@ -38,8 +38,11 @@ categories therefore add up to more than `peak`. The tracker's kinds map to the 
                 (with gradient accumulation FSDP2 keeps all of them until the final micro-batch)
 What the tracker cannot see: memory allocated outside its dispatch mode and not tracked at entry —
 DDP's gradient buckets (made in C++ when DDP wraps the model) and the CUDA context. On CUDA the
-caching allocator's peak over training (`torch.cuda.max_memory_allocated`, reset after the
-generation run that scores the untrained model) is kept as `allocator_peak`.
+caching allocator's peak over the measured step itself is kept as `allocator_step_peak` (the figure
+`peak` is compared with: the same step, the same batch), and its peak over training up to that
+step's end (`torch.cuda.max_memory_allocated`, reset after the generation run that scores the
+untrained model) as `allocator_peak`. Measuring the step alone resets the allocator's peak counters
+at its start; `allocator_peaks` adds what they held before, so the run's peak over training stays whole.
 
 Offload: with FSDP2's CPUOffloadPolicy the sharded parameters, their gradients and AdamW's state live
 in host memory. On a GPU the tracker sees them on the `cpu` device; on a CPU-only host every tensor
@@ -281,6 +284,7 @@ class TensorMemoryCallback(TrainerCallback):
         self.tracked_step_s: float | None = None
         self.untracked_steps_s: list[float] = []
         self._started = 0.0
+        self._floor = (0, 0)  # CUDA: the allocator's (allocated, reserved) peaks before the measured step's reset
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         # training only: forget what the generation run on the untrained model allocated
@@ -296,6 +300,9 @@ class TensorMemoryCallback(TrainerCallback):
             self._peaks = watch_category_peaks(self.tracker, self.device, self.offload)
             restore_hooks, restore_tree_map = save_fsdp_hooks(model), lean_tree_map()
             self._restore_hooks = lambda: (restore_hooks(), restore_tree_map())
+            if self.device.type == "cuda":   # the measured step's own allocator peak, beside the tracker's
+                self._floor = self.allocator_peaks()
+                torch.cuda.reset_peak_memory_stats(self.device)
             self.tracker.__enter__()
 
     def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -318,15 +325,22 @@ class TensorMemoryCallback(TrainerCallback):
             if all(self.shapes) else None
         self.measured["micro_batches"] = len(self.shapes)
         if self.device.type == "cuda":
-            self.measured["allocator_peak"] = round(torch.cuda.max_memory_allocated(self.device) / MB, 3)
+            self.measured["allocator_step_peak"] = round(torch.cuda.max_memory_allocated(self.device) / MB, 3)
+            self.measured["allocator_peak"] = round(self.allocator_peaks()[0] / MB, 3)
         self.tracker = None
+
+    def allocator_peaks(self) -> tuple[int, int]:
+        """CUDA: the caching allocator's (allocated, reserved) peaks in bytes over training so far, the
+        counts from before the measured step's reset included."""
+        return (max(self._floor[0], torch.cuda.max_memory_allocated(self.device)),
+                max(self._floor[1], torch.cuda.max_memory_reserved(self.device)))
 
     def peak_so_far_mb(self) -> float | None:
         """The logging step's peak: the CUDA allocator's over training, or on CPU the measured step's tensor
         peak — None in metrics.jsonl's records before the measured step (the second), since nothing else
         on a CPU counts tensors (docs/design.md says the same)."""
         if self.device.type == "cuda":
-            return round(torch.cuda.max_memory_allocated(self.device) / MB, 1)
+            return round(self.allocator_peaks()[0] / MB, 1)
         return round(self.measured["peak"], 1) if self.measured else None
 
     def overhead_pct(self, train_runtime_s: float) -> float | None:

@@ -153,10 +153,22 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
         # ones (Trainer's default for a model without gradient checkpointing is to search, which
         # warns in every DDP log and costs an extra autograd-graph traversal per step)
         ddp_find_unused_parameters=False,
-        activation_checkpointing=cfg.activation_checkpointing and not cfg.is_fsdp,
     )
+    kwargs[checkpointing_argument()] = cfg.activation_checkpointing and not cfg.is_fsdp
     kwargs.update(trainer_sharding_kwargs(cfg))
     return TrainingArguments(**kwargs)
+
+
+def checkpointing_argument() -> str:
+    """TrainingArguments' name for the Trainer's own activation checkpointing: `activation_checkpointing` in
+    transformers 5.23 (the pin; `gradient_checkpointing` is its deprecated alias there), while 5.17 (the lent
+    GPU machine's) knows only `gradient_checkpointing` and raises TypeError on the other."""
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def configure_wandb(cfg: RunConfig) -> None:
@@ -213,12 +225,18 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
                           "run without resume, and save checkpoints next time (checkpoint_every=N, or a site "
                           "profile with signal_lead_s so Slurm warns the job before its time limit)")
 
+    if cfg.comm_record:
+        from workshop.training.comm_recorder import enable_flight_recorder
+
+        enable_flight_recorder()  # before the process group exists: it reads the switch when a group is made
+
     import torch
     import torch.distributed as dist
     from transformers.utils import logging as hf_logging
 
-    from workshop.training import data, evaluation, models, run_record, sharding, wrap_function
+    from workshop.training import data, evaluation, models, run_record, scaler, sharding, wrap_function
     from workshop.training.batch_probe import GlobalBatchProbe
+    from workshop.training.comm_recorder import CommRecorder
     from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
     from workshop.training.tensor_memory import TensorMemoryCallback
     from workshop.training.trainer import CheckpointOnSignal, CourseTrainer
@@ -262,11 +280,13 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
                                model.config.hidden_size, is_main)
     callback.records.extend(prior)
     callback.tensor_memory = tensor_mem = TensorMemoryCallback(device, cfg.offload, counter)
+    # first among the callbacks: its step's trace closes before their collectives (stop flag, logs)
+    comm = CommRecorder(out, device, counter, hosts, rank, is_main, cfg.comm_record, tensor_mem.measure_step)
     stopper = CheckpointOnSignal(is_main, stop_requested)
     batch_probe = GlobalBatchProbe(counter)     # after `callback`: it reads the counter before its reset
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[tensor_mem, callback, stopper, batch_probe], counter=counter)
+                            callbacks=[comm, tensor_mem, callback, stopper, batch_probe], counter=counter)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -334,10 +354,12 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
         "gpu_util_pct": round(sum(utils) / len(utils), 1) if utils else None,
         "mfu": round(sum(mfus) / len(mfus), 4) if mfus else None,
+        "grad_scaler": scaler.describe(getattr(trainer.accelerator, "scaler", None)),
         "em_before": before.get("exact_match"), "f1_before": before.get("f1"),
         "em_after": after.get("exact_match"), "f1_after": after.get("f1"),
         "sample_predictions": after.get("examples"),
         "train_runtime_s": round(train_runtime, 2),
+        "comm": comm.summary(train_runtime),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures)
     if is_main:

@@ -1,0 +1,119 @@
+"""`workshop diagnose`: each failure kind's one change, asserted by what it tells the student to change
+(tests/test_diagnose.py holds that each kind is found; here, that its advice is the right advice)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.logs_fixtures import LOGS
+from workshop.results.diagnose import diagnose
+from workshop.results.logs import parse_text
+
+FIXES = {
+    "cuda_oom.log": ("cuda_oom", "lower batch_size to half and double grad_acc (same global batch), or switch to "
+                     "full_shard / enable activation_checkpointing"),
+    "nccl_watchdog.log": ("nccl_timeout", "find the rank that stalled or died first (its own error is earlier in the "
+                          "log or in its node's output) and fix that; if none, run `workshop bandwidth` on the same "
+                          "nodes to test the network"),
+    "nccl_error.log": ("nccl_error", "rerun with NCCL_DEBUG=INFO and check NCCL_SOCKET_IFNAME / the InfiniBand "
+                       "settings in the course's env file, then test with `workshop bandwidth`"),
+    "rendezvous_failure.log": ("rendezvous", "set MASTER_ADDR to the first node of the job (`scontrol show hostnames "
+                               "$SLURM_JOB_NODELIST | head -1`), a free MASTER_PORT, and --nnodes equal to the job's "
+                               "node count"),
+    "slurm_timeout.log": ("time_limit", "raise #SBATCH --time (or --max-steps / fewer epochs so it ends in time)"),
+    "slurm_cancelled.log": ("cancelled", "nothing broke: resubmit when ready (check `workshop status` for who "
+                            "cancelled it)"),
+    "slurm_node_failure.log": ("node_failure", "resubmit, excluding the node (#SBATCH --exclude=NODE) and tell the "
+                               "cluster staff"),
+    "slurm_preempted.log": ("preempted", "resubmit (add #SBATCH --requeue to restart automatically)"),
+    "slurm_oom_kill.log": ("host_oom", "ask for more memory (#SBATCH --mem=0 or --mem-per-gpu), or turn offload off "
+                           "/ load the model on fewer ranks at once"),
+    "hub_offline.log": ("hub_offline", "download it once on a login node (`huggingface-cli download "
+                        "bigscience/bloom-560m`) into a shared HF_HOME, or use model=bloom-560m-random / tiny, "
+                        "which need no Hub"),
+    "config_error.log": ("config_error", "at least 1; lower it (not to 0) when memory is short, and raise grad_acc"),
+    "real_bandwidth_gate_failed_2proc.log": ("bandwidth_gate", "check that NCCL uses the fast network "
+                                             "(NCCL_SOCKET_IFNAME / NCCL_IB_HCA in the env file); if it persists, "
+                                             "report the node list to the cluster staff"),
+}
+
+
+@pytest.mark.parametrize("name", FIXES)
+def test_each_kind_says_what_to_change(name: str) -> None:
+    kind, fix = FIXES[name]
+    (first, *_) = diagnose(LOGS / name)
+    assert (first.kind, first.fix) == (kind, fix)
+
+
+def test_each_kind_is_one_finding() -> None:
+    """One cause, one change: the other ranks' consequences and Slurm's own step lines add no finding."""
+    for name, (kind, _) in FIXES.items():
+        assert [f.kind for f in diagnose(LOGS / name)] == [kind], name
+
+
+def test_a_preempted_job() -> None:
+    """A higher-priority job took the nodes: Slurm's own words (slurmstepd, `DUE TO PREEMPTION`)."""
+    (f,) = diagnose(LOGS / "slurm_preempted.log")
+    assert f.title == "The job was preempted by a higher-priority job"
+    assert f.evidence == ["slurmstepd: error: *** JOB 4245 ON n1 CANCELLED AT 2026-11-22T12:14:31 DUE TO PREEMPTION ***"]
+    assert "--requeue" in f.fix and "resubmit" in f.fix
+
+
+def test_titles_carry_the_logs_own_figures() -> None:
+    (oom,) = diagnose(LOGS / "cuda_oom.log")
+    assert oom.title == ("CUDA out of memory on rank 0 during step 3 (step 2 finished): tried 3.83 GiB, total "
+                         "79.19 GiB, allocated 73.52 GiB, free 2.01 GiB")
+    (wd,) = diagnose(LOGS / "nccl_watchdog.log")
+    assert wd.title == ("NCCL watchdog timeout in _ALLGATHER_BASE after 600 s: a collective waited for a rank that "
+                        "never joined")
+    (rdzv,) = diagnose(LOGS / "rendezvous_failure.log")
+    assert rdzv.title == "Rendezvous failed: the processes could not meet at MASTER_ADDR (n1:29500)"
+    (limit,) = diagnose(LOGS / "slurm_timeout.log")
+    assert limit.title == "Slurm stopped the job at its time limit at step 118/400"
+    (cfg,) = diagnose(LOGS / "config_error.log")
+    assert cfg.title == "Config error in field 'batch_size': must be >= 1, got 0"
+
+
+def test_an_oom_before_the_first_step_and_with_a_known_batch() -> None:
+    text = ("[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 1 has a total "
+            "capacity of 31.74 GiB of which 100.00 MiB is free.\n--batch-size 6\n")
+    (f,) = diagnose(parse_text(text))
+    assert f.title == ("CUDA out of memory on rank 1 before the first optimizer step: tried 0.5 GiB, total 31.74 GiB, "
+                       "free 0.1 GiB")
+    assert f.fix.startswith("lower batch_size to 3 and double grad_acc")
+    assert diagnose(parse_text(text.replace("6", "1")))[0].fix.startswith("lower batch_size to 1 and")
+
+
+def test_a_task_exit_without_a_cause_points_at_stderr() -> None:
+    (f,) = diagnose(parse_text("srun: error: n3: task 2: Exited with exit code 1\n"))
+    assert f.kind == "task_exit" and f.fix == "look at the job's stderr file (#SBATCH --error) for the traceback"
+    (g,) = diagnose(parse_text("[workshop] step 1/10 | loss 5.0\n"))
+    assert g.kind == "unfinished" and g.fix == ("check whether the job is still running (`workshop status`); if not, "
+                                                "read the end of its stderr file")
+
+
+def test_a_bandwidth_test_that_returned_wrong_values() -> None:
+    line = "# FAILED: all_reduce returned wrong values on 2 rank(s)"
+    (f,) = diagnose(parse_text(line + "\n"))
+    assert (f.kind, f.title, f.evidence) == ("bandwidth_gate", "all_reduce returned wrong values: the collective "
+                                             "itself is broken", ["all_reduce returned wrong values on 2 rank(s)"])
+    assert f.fix == "rerun on other nodes (#SBATCH --exclude) and send the log and node list to the cluster staff"
+
+
+def test_more_titles_and_facts() -> None:
+    (node,) = diagnose(LOGS / "slurm_node_failure.log")
+    assert node.title == "A node failed (hardware or network): Slurm ended the job"
+    (task,) = diagnose(parse_text("srun: error: n3: task 2: Exited with exit code 1\n"))
+    assert task.title == "A task exited with an error and the log says no more about why"
+    (limit,) = diagnose(parse_text("slurmstepd: error: *** JOB 7 ON n1 CANCELLED AT 2026-11-22T10:59:31 DUE TO "
+                                   "TIME LIMIT ***\n"))
+    assert limit.title == "Slurm stopped the job at its time limit"           # no step line: no step named
+    text = ("Traceback (most recent call last):\n  File \"b.py\", line 9, in f\n    1 / 0\n"
+            "ZeroDivisionError: division by zero\n")
+    (tb,) = diagnose(parse_text(text))
+    assert tb.facts == {"exception": "ZeroDivisionError", "message": "division by zero"}
+    (hub,) = diagnose(parse_text("huggingface_hub.errors.LocalEntryNotFoundError: Cannot find the requested files\n"))
+    assert hub.kind == "hub_offline"
+    rdzv = "[c10d] The client socket has failed to connect to [n1]:29500 (errno: 111 - Connection refused)."
+    (three,) = diagnose(parse_text("\n".join([rdzv.replace("n1", f"n{i}") for i in (1, 2, 3)]) + "\n"))
+    assert len(three.evidence) == 3 and "[n3]" in three.evidence[-1]      # the first two and the last

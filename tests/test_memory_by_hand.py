@@ -1,0 +1,198 @@
+"""The memory model outside the symmetric cases, against numbers worked by hand from its stated rules
+(workshop/results/memory.py's docstring). Every expected value is arithmetic written out here, never a
+call of the model: a wrong shard size, a dropped accumulation term or a wrong peak must fail.
+
+BLOOM-560M: V = 250,880, h = 1024, L = 24, 16 heads; P = 559,214,592 parameters;
+the tied embedding V·h = 256,901,120; one block 12h² + 13h = 12,596,224.
+Micro-batch 8 x 512 tokens: x = 4096.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workshop.results import memory
+from workshop.results.memory import MB, activation_bytes, estimate
+
+P = 559_214_592
+VH = 256_901_120
+BLOCK = 12_596_224
+X = 8 * 512
+# bf16 activations without autocast's weight copies (FSDP's MixedPrecisionPolicy computes in bf16):
+#   per block 36·x·h + 6·b·a·s² = 150,994,944 + 201,326,592 = 352,321,536, x 24 = 8,455,716,864
+#   outside   14·x·h + 64·x + 10·x·V = 58,720,256 + 262,144 + 10,276,044,800 = 10,335,027,200
+ACT_BF16 = 8_455_716_864 + 10_335_027_200            # 18,790,744,064
+LOSS_GRAD_BF16 = 2 * X * 250_880                        # the loss's bf16 gradient: 2,055,208,960
+# backward's temporaries: max(8·x·V = 8,220,835,840, 100·x·h + 4·V·h = 1,447,034,880)
+OTHER_BASE = 8_220_835_840
+
+
+def test_hybrid_2_replicas_x_8_shards_on_16_gpus() -> None:
+    """Each parameter is sharded over its replica group of 8, not over 16 ranks nor over 2 replicas."""
+    bd = estimate("bloom-560m", "hybrid_shard", 16, "bf16", 8, 512, replicas=2)
+    assert bd.shard_size == 8
+    assert bd.optimizer == 8 * P // 8 == 559_214_592                  # AdamW's 8 bytes over 8 shards
+    assert bd.grads == 4 * P // 8 == 279_607_296
+    # the fp32 shard + the bf16 embedding unit and one bf16 block gathered at once
+    assert bd.params == 279_607_296 + 2 * (VH + BLOCK) == 818_601_984
+    assert bd.activations == ACT_BF16 == 18_790_744_064
+    assert bd.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216  # + all-gather / reduce-scatter buffers
+    assert bd.unsharded_grads == 2 * VH                                # the embedding unit's bf16 gradient
+    # at backward's start: the shard, the gathered embedding unit, AdamW, activations, the loss's gradient
+    assert bd.peak == 279_607_296 + 2 * VH + 559_214_592 + ACT_BF16 + LOSS_GRAD_BF16 == 22_198_577_152
+    assert bd.ddp_buckets == 0 and bd.gpu_peak == bd.peak and bd.cpu == 0
+
+
+def test_hybrid_shard_size_is_world_over_replicas() -> None:
+    """8 replicas of 2 hold 4 times what 2 replicas of 8 hold, of every sharded state."""
+    wide = estimate("bloom-560m", "hybrid_shard", 16, "bf16", 8, 512, replicas=8)
+    assert wide.shard_size == 2 and wide.optimizer == 8 * P // 2 == 2_236_858_368
+    with pytest.raises(ValueError, match="3 replicas do not divide world size 16"):
+        estimate("bloom-560m", "hybrid_shard", 16, "bf16", 8, 512, replicas=3)
+
+
+def test_offload_with_gradient_accumulation() -> None:
+    """full_shard on 4 with offload and grad_acc 2: the sharded states live on the host; on the device the
+    gathered units, and every unit's unsharded bf16 gradient kept until the last micro-batch (2 x P)."""
+    bd = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True, grad_acc=2)
+    assert (bd.host_params, bd.host_grads, bd.host_optimizer) == (P, P, 2 * P)   # 4P/4, 4P/4, 8P/4
+    assert bd.cpu == 4 * P == 2_236_858_368
+    assert bd.grads == 0 and bd.optimizer == 0
+    assert bd.params == 2 * (VH + BLOCK) == 538_994_688
+    assert bd.unsharded_grads == 2 * P == 1_118_429_184
+    assert bd.peak == 2 * VH + 2 * P + ACT_BF16 + LOSS_GRAD_BF16 == 22_478_184_448
+    one_step = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True)
+    assert one_step.unsharded_grads == 2 * VH                # without accumulation: the embedding unit's only
+    assert bd.peak - one_step.peak == 2 * P
+
+
+def test_ddp_with_gradient_accumulation() -> None:
+    """DDP on 4, bf16, grad_acc 2: the stored gradients of earlier micro-batches are held (4P) and a later
+    micro-batch's gradient of the tied embedding is counted before it is added in (4·V·h)."""
+    bd = estimate("bloom-560m", "ddp", 4, "bf16", 8, 512, grad_acc=2)
+    assert bd.shard_size == 1 and bd.params == 4 * P and bd.optimizer == 8 * P
+    assert bd.grads == 4 * P + 4 * VH == 3_264_462_848
+    assert bd.other == OTHER_BASE          # the all-reduce's copies are DDP's buckets, outside the tracker's view
+    # activations: the FSDP ones + autocast's bf16 weight copies 2·(V·h + 24·12h²) = 1,117,782,016
+    # + DDP's logits-sized forward output 2·x·V = 2,055,208,960
+    assert bd.activations == ACT_BF16 + 1_117_782_016 + 2_055_208_960 == 21_963_735_040
+    # peak: params 4P + AdamW 8P + held gradients 4P + max(activations less DDP's output + the loss's
+    # gradient, activations) = 16P + 21,963,735,040 (the two are equal here)
+    assert bd.peak == 16 * P + 21_963_735_040 == 30_911_168_512
+    assert bd.ddp_buckets == 4 * P and bd.gpu_peak == 30_911_168_512 + 2_236_858_368
+
+
+def test_the_other_category_by_hand() -> None:
+    """Backward's temporaries, by strategy: what the measured comparison checks too."""
+    none = estimate("bloom-560m", "none", 1, "bf16", 8, 512)
+    assert none.other == OTHER_BASE
+    full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+    assert full.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216
+    # the tiny model, 2 x 32 tokens, fp32: max(8·x·V = 524,288, 100·x·h + 4·V·h = 614,400 + 393,216) = 1,007,616
+    tiny = estimate("tiny", "full_shard", 2, "fp32", 2, 32)
+    assert tiny.other == 1_007_616 + 4 * (98_304 + 111_840) == 1_848_192
+    # DDP all-reduces in its buckets, which the tracker never sees (ddp_buckets): its `other` is one process's
+    assert estimate("tiny", "ddp", 2, "fp32", 2, 32).other == estimate("tiny", "none", 1, "fp32", 2, 32).other == 1_007_616
+
+
+def test_tiny_full_shard_at_two_batch_shapes() -> None:
+    """The tiny model (V 1024, h 96, L 2, 4 heads, P 322,368), full_shard on 2, fp32: the shapes
+    tests/test_memory_tables.py's per-rank measurements name."""
+    def by_hand(b: int, s: int) -> int:
+        x = b * s
+        blocks = 2 * (64 * x * 96 + 4 * b * 4 * s * s)
+        outside = 12 * x * 96 + 64 * x + 8 * x * 1024
+        return 644_736 + 4 * 98_304 + 1_289_472 + blocks + outside + 4 * x * 1024   # shard, embedding, AdamW, ...
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 40).peak == by_hand(2, 40) == 4_493_184
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 56).peak == by_hand(2, 56) == 5_416_832
+
+
+def test_the_ladders_published_rungs_have_their_checkpoints_heads() -> None:
+    """bigscience/bloom-1b1's config.json: n_head 16 (head dim 96); bloom-3b's: n_head 32 (head dim 80). A
+    rule of thumb (hidden / 128) would give 12 and 20, and under-count the attention scores."""
+    assert memory.bloom_family_arch(1536, 24).heads == 16
+    assert memory.bloom_family_arch(2560, 30).heads == 32
+    assert memory.bloom_family_arch(5120, 40).heads == 40          # between checkpoints: head dim 128
+
+
+def test_largest_model_for_ddp_on_a_budget_between_peak_and_gpu_peak() -> None:
+    """bloom-1b1 (V 250,880, h 1536, L 24, 16 heads; P = 385,357,824 + 24 x 28,331,520 = 1,065,314,304),
+    DDP on 4, bf16, 8 x 512:
+      activations: blocks 24 x (36·x·h + 6·b·a·s²) = 24 x (226,492,416 + 201,326,592) = 10,267,656,192
+                   outside 14·x·h + 64·x + 10·x·V = 88,080,384 + 262,144 + 10,276,044,800 = 10,364,387,328
+                   autocast's copies 2·(V·h + 24·12h²) = 2,129,657,856; DDP's output 2·x·V = 2,055,208,960
+      peak 12P + 24,816,910,336 = 37,600,681,984 (35.02 GiB); gpu_peak + 4P buckets = 41,861,939,200 (38.99 GiB).
+    On 36 GiB it fits by the tracker's peak but not on a GPU: the answer is bloom-560m, whose gpu_peak is
+    12P + 21,963,735,040 + 4P = 30,911,168,512 (28.79 GiB)."""
+    a = memory.bloom_family_arch(1536, 24)
+    assert a.params == 1_065_314_304
+    bd = estimate(a, "ddp", 4, "bf16", 8, 512)
+    assert bd.peak == 12 * 1_065_314_304 + 24_816_910_336 == 37_600_681_984
+    assert bd.gpu_peak == 37_600_681_984 + 4 * 1_065_314_304 == 41_861_939_200
+    fit = memory.largest_model_that_fits(36, "ddp", 4, "bf16", 8, 512)
+    assert (fit.hidden, fit.layers, fit.params) == (1024, 24, P)
+    assert fit.breakdown is not None and fit.breakdown.gpu_peak == 12 * P + 21_963_735_040 + 4 * P == 30_911_168_512
+    # on 40 GiB (42,949,672,960 bytes) bloom-1b1 fits a GPU too
+    assert (memory.largest_model_that_fits(40, "ddp", 4, "bf16", 8, 512).hidden) == 1536
+
+
+def test_nothing_fits_a_gpu_too_small(capsys: pytest.CaptureFixture[str]) -> None:
+    assert memory.largest_model_that_fits(1, "none", 1) == memory.Fit(0, 0, 0, 0, None)
+    # the CLI: a refused config says so on stderr, under the command's own name
+    assert memory.main(["--sharding", "hybrid_shard", "--world-size", "4", "--replicas", "3"]) == 2
+    assert capsys.readouterr().err == "workshop estimate: hybrid_shard: 3 replicas do not divide world size 4\n"
+    assert memory.main(["--model", "tiny", "--sharding", "none"]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == ["parameters: 322,368 (sharded over 1)",
+                                                        "per GPU (each category's own peak over a step):"]
+
+
+def test_compare_predicts_each_rank_at_its_own_batch_shape() -> None:
+    """summary.json's per-rank measurements against the model, by hand for the tiny model, full_shard on 2,
+    fp32: params = the shard 644,736 + the gathered embedding and one block 4·(98,304 + 111,840) = 1,485,312 B;
+    peak 4,493,184 B at 2 x 40 and 5,416,832 B at 2 x 56 (test_tiny_full_shard_at_two_batch_shapes)."""
+    config = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "nodes": 1, "procs_per_node": 2,
+              "batch_size": 2, "max_length": 256}
+    ranks = [{"params": 1.5, "peak": 4.0, "batch_shape": [2, 40]}, None,
+             {"params": 1.4, "peak": 5.0, "unsharded_grads": 0.4, "batch_shape": [2, 56]}]
+    rows = memory.compare({"tensor_mem_mb_per_rank": ranks}, config)
+    by = {(r["rank"], r["category"]): r for r in rows}
+    assert {r["rank"] for r in rows} == {0, 2}                          # a rank without a measurement: no rows
+    assert by[0, "params"]["predicted_mb"] == round(1_485_312 / MB, 3) == 1.417
+    assert by[0, "peak"] == {"rank": 0, "category": "peak", "predicted_mb": round(4_493_184 / MB, 3),
+                             "measured_mb": 4.0, "rel_error": round((4_493_184 / MB - 4.0) / 4.0, 4)}
+    assert by[2, "peak"]["predicted_mb"] == round(5_416_832 / MB, 3)
+    assert by[0, "grads"]["measured_mb"] is None and by[0, "grads"]["rel_error"] is None
+    assert (0, "unsharded_grads") not in by and (0, "host_params") not in by     # not measured: not compared
+    assert by[2, "unsharded_grads"]["predicted_mb"] == round(4 * 98_304 / MB, 3)  # the embedding unit's fp32 grad
+
+
+def test_the_estimate_commands_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert memory.main(["--model", "tiny", "--sharding", "full_shard", "--world-size", "2", "--offload"]) == 0
+    assert "host_optimizer" in capsys.readouterr().out            # offload: host memory per rank is shown
+    with pytest.raises(SystemExit):
+        memory.main(["--precision", "fp8"])                         # argparse refuses it, naming the choices
+    assert "invalid choice: 'fp8'" in capsys.readouterr().err
+    assert memory.main(["--model", "tiny", "--sharding", "ddp", "--world-size", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "  ddp_buckets           1.2 MB  (DDP's gradient buckets: the tracker cannot see them" in out   # 4P
+
+
+def test_estimate_config_reads_the_configs_model() -> None:
+    bd = memory.estimate_config({"model": "bloom-560m", "sharding": "full_shard", "nodes": 1, "procs_per_node": 4,
+                                 "precision": "bf16", "batch_size": 8, "max_length": 512})
+    assert bd.n_params == P and bd.peak == 23_037_399_040
+
+
+def test_defaults_notes_and_the_offload_refusal() -> None:
+    assert estimate().n_params == P                                       # BLOOM-560M unless told
+    tiny = memory.get_arch("tiny")
+    # one process in bf16 (the default strategy "none"): autocast's bf16 weight copies 2·(V·h + 2·12h²)
+    assert activation_bytes(tiny, 2, 32, "bf16") - activation_bytes(tiny, 2, 32, "bf16", sharding="full_shard") \
+        == 2 * (98_304 + 2 * 12 * 96 * 96) == 638_976
+    off = estimate("tiny", "full_shard", 2, "fp32", 2, 32, offload=True)
+    # the tiny model's block (111,840) is larger than its embedding (98,304): the larger unit's fp32 gradient
+    assert off.unsharded_grads == 4 * 111_840
+    assert off.notes == ["offload: sharded params, grads and AdamW states live in host memory"]
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "ddp", 2, offload=True)
+    assert str(e.value) == "offload needs an FSDP strategy"

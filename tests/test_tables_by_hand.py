@@ -1,0 +1,149 @@
+"""The exercise tables in the cases notebooks 03-05 meet, worked by hand: a scaling table whose
+smallest world is 2 (notebook 05's first layout is 1 node x 2), and memory columns from ranks that
+measured different batch shapes (dynamic padding gives each rank its own sequence length)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from workshop.results import tables
+from workshop.results.logs import parse_text
+from workshop.results.memory import MB
+
+
+def run(label: str, run_args: dict | None = None, **summary: object) -> "tables.ParsedLog":
+    lines = [f"WORKSHOP_RUN_ARGS {json.dumps({'config': run_args})}"] if run_args else []
+    lines.append("WORKSHOP_SUMMARY " + json.dumps({"status": "completed", **summary}))
+    return parse_text("\n".join(lines) + "\n", label)
+
+
+def test_efficiency_is_relative_to_the_smallest_world_of_2() -> None:
+    """1 node x 2, 2 x 2, 4 x 2 at 20, 36 and 64 samples/s: speed-ups 1, 1.8, 3.2 over the 2-rank run,
+    efficiencies 1.8 / (4 / 2) = 0.9 and 3.2 / (8 / 2) = 0.8 (not 1.8 / 4 = 0.45)."""
+    runs = [run(f"{n}x2", world_size=2 * n, nodes=n, global_batch=16, train_samples_per_s=s)
+            for n, s in ((4, 64.0), (1, 20.0), (2, 36.0))]
+    df = tables.multinode_table(runs, [], predicted_mem_mb=False)
+    assert list(df.index) == ["1x2", "2x2", "4x2"]
+    assert list(df["speedup"]) == pytest.approx([1.0, 1.8, 3.2])
+    assert list(df["efficiency"]) == pytest.approx([1.0, 0.9, 0.8])
+    assert "speed-up relative to 1x2 (world size 2)" in df.attrs["notes"]
+    assert not any("above perfect scaling" in n for n in df.attrs["notes"])
+    # the same through the scaling table notebook 04 plots
+    assert list(tables.scaling_table(runs, predicted_mem_mb=False)["efficiency"]) == pytest.approx([1.0, 0.9, 0.8])
+
+
+def test_superlinear_is_judged_against_the_smallest_world_too() -> None:
+    """2.5 x the 2-rank throughput on 4 ranks is 125 % efficiency: above the 115 % noise bound, named."""
+    runs = [run("1x2", world_size=2, nodes=1, global_batch=8, train_samples_per_s=20.0),
+            run("2x2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=50.0)]
+    notes = tables.scaling_table(runs, predicted_mem_mb=False).attrs["notes"]
+    assert [n for n in notes if "above perfect scaling" in n] == [
+        "2x2: efficiency 125% is above perfect scaling, which no run reaches: 1x2 was slowed (a busy machine?) "
+        "and every speed-up over it is inflated; rerun 1x2 (resubmit=True) and compute again"]
+    runs[1] = run("2x2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=22.0)   # 110 %: noise
+    assert not any("above perfect scaling" in n for n in tables.scaling_table(runs, False).attrs["notes"])
+
+
+# The tiny model, full_shard on 2 ranks, fp32 (run_args' config as a run writes it).
+CONFIG = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "nodes": 1, "procs_per_node": 2,
+          "world_size": 2, "batch_size": 2, "max_length": 256, "grad_acc": 1, "global_batch": 0,
+          "offload": False, "activation_checkpointing": False, "hybrid_replicas": 0, "replicas": 1, "shard_size": 2}
+
+
+def test_memory_columns_from_ranks_that_measured_different_batch_shapes() -> None:
+    """Rank 0 trained a 2 x 40 step, rank 1 a 2 x 56 one. Each category's column is its largest rank's
+    (the one that must fit), the prediction is the model at the longer shape: the tiny model's peak at
+    2 x 56 worked out in tests/test_memory_by_hand.py, 5,416,832 bytes (4,493,184 at 2 x 40)."""
+    ranks = [{"params": 0.99, "grads": 0.61, "optimizer": 1.23, "activations": 1.75, "other": 1.60, "peak": 4.30,
+              "batch_shape": [2, 40], "micro_batches": 1},
+             {"params": 0.98, "grads": 0.62, "optimizer": 1.23, "activations": 2.51, "other": 1.40, "peak": 5.17,
+              "batch_shape": [2, 56], "micro_batches": 1}]
+    log = run("fs2", CONFIG, sharding_applied="full_shard", world_size=2, peak_mem_mb=5.17, mem_kind="tensor",
+              rss_mb=530.0, tensor_mem_mb_per_rank=ranks, train_samples_per_s=4.0)
+    df = tables.strategies_table([log])
+    row = df.loc["fs2"]
+    assert (row["params_mb"], row["grads_mb"], row["optimizer_mb"], row["activations_mb"], row["other_mb"]) == (
+        0.99, 0.62, 1.23, 2.51, 1.60)
+    assert row["host_mb"] == 0 and row["rss_mb"] == 530.0
+    assert row["predicted_mem_mb"] == pytest.approx(5_416_832 / MB)
+    # one rank only: the prediction follows its shape
+    alone = run("fs2", CONFIG, sharding_applied="full_shard", world_size=2, peak_mem_mb=4.3,
+                tensor_mem_mb_per_rank=[ranks[0], None])
+    assert tables.strategies_table([alone]).loc["fs2", "predicted_mem_mb"] == pytest.approx(4_493_184 / MB)
+
+
+def test_offloaded_ranks_add_their_host_memory() -> None:
+    ranks = [{"params": 0.5, "grads": 0.0, "optimizer": 0.0, "activations": 1.8, "other": 1.5, "peak": 3.0,
+              "host": 2.46, "batch_shape": [2, 40]},
+             {"params": 0.5, "grads": 0.0, "optimizer": 0.0, "activations": 2.5, "other": 1.4, "peak": 3.6,
+              "host": 2.45, "batch_shape": [2, 56]}]
+    df = tables.strategies_table([run("off", None, sharding_applied="full_shard", offload_applied=True,
+                                      tensor_mem_mb_per_rank=ranks)], predicted_mem_mb=False)
+    assert df.loc["off", "host_mb"] == 2.46 and df.loc["off", "activations_mb"] == 2.5
+    assert df.loc["off", "strategy"] == "full_shard+offload"
+
+
+def test_a_run_without_measured_memory_is_nan_with_its_reason() -> None:
+    df = tables.strategies_table([run("old", None, sharding_applied="full_shard", peak_mem_mb=500.0)],
+                                 predicted_mem_mb=False)
+    assert all(math.isnan(df.loc["old", c]) for c in ("params_mb", "grads_mb", "optimizer_mb", "activations_mb",
+                                                       "other_mb", "host_mb"))
+    assert any("old: memory by category is NaN — the run measured no tensor memory" in n for n in df.attrs["notes"])
+
+
+def test_fsdp_table_from_the_trainers_own_figures_when_there_is_no_summary() -> None:
+    """Logs without WORKSHOP_SUMMARY (an HF run printed only its dicts): throughput from the final dict."""
+    base = parse_text("{'train_runtime': '10.0', 'train_samples_per_second': '10.0', 'train_loss': '2.0', "
+                      "'epoch': '1.0'}\n", "base")
+    fsdp = parse_text("{'train_runtime': '12.5', 'train_samples_per_second': '8.0', 'train_loss': '2.0', "
+                      "'epoch': '1.0'}\n", "fsdp")
+    df = tables.fsdp_vs_baseline_table(base, [fsdp], predicted_mem_mb=False)
+    assert df.loc["fsdp", "samples_per_s"] == 8.0
+    assert df.loc["fsdp", "speed_cost_pct"] == pytest.approx(20.0)     # 1 - 8 / 10
+
+
+def test_the_baseline_from_trainer_records_alone() -> None:
+    """No summary, no final dict: the last train record's loss, and EM/F1 from the summary when there is one."""
+    log = parse_text("{'loss': '6.5', 'epoch': '0.5'}\n{'loss': '5.75', 'epoch': '1.0'}\n{'loss': '5.25', 'epoch': '1.5'}\n"
+                     "{'eval_loss': '5.0', 'epoch': '1.0'}\n", "hf")
+    row = tables.baseline_table([log], predicted_mem_mb=False).loc["hf"]
+    assert row["final_train_loss"] == 5.25 and row["eval_loss_epoch1"] == 5.0
+    done = run("done", em_after=12.5, f1_after=30.25, train_loss=2.0)
+    row = tables.baseline_table([done], predicted_mem_mb=False).loc["done"]
+    assert (row["em"], row["f1"]) == (12.5, 30.25)
+
+
+def test_offload_is_what_the_summary_read_back_over_what_the_config_asked() -> None:
+    asked = {**CONFIG, "offload": True}
+    not_applied = run("off?", asked, sharding_applied="full_shard", offload_applied=False)
+    unknown = run("off", asked, sharding_applied="full_shard")          # an older summary without the field
+    df = tables.strategies_table([not_applied, unknown], predicted_mem_mb=False)
+    assert list(df["strategy"]) == ["full_shard", "full_shard+offload"]
+
+
+def test_scaling_from_logs_without_a_summary() -> None:
+    """The config (WORKSHOP_RUN_ARGS) and the train records (WORKSHOP_METRICS) fill what a summary would."""
+    text = (f"WORKSHOP_RUN_ARGS {json.dumps({'config': {**CONFIG, 'effective_grad_acc': 2, 'effective_global_batch': 8}})}\n"
+            'WORKSHOP_METRICS {"kind": "train", "step": 1, "loss": 6.0, "peak_mem_mb": 4.5}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 2, "loss": 5.0, "peak_mem_mb": 4.75}\n')
+    df = tables.build("scaling", [parse_text(text, "w2")])
+    assert list(df.columns) == ["nodes", "world_size", "batch_size", "grad_acc", "global_batch",
+                                "global_batch_measured", "steps", "samples_per_s", "peak_mem_mb_per_gpu",
+                                "predicted_mem_mb"]
+    row = df.loc["w2"]
+    assert (row["world_size"], row["batch_size"], row["grad_acc"], row["global_batch"]) == (2, 2, 2, 8)
+    assert row["peak_mem_mb_per_gpu"] == 4.75
+    # no run with a known world size and throughput: speed-up and efficiency are NaN, with nothing to divide by
+    none = tables.scaling_table([run("?", sharding_applied="full_shard")], predicted_mem_mb=False)
+    assert math.isnan(none.loc["?", "speedup"]) and math.isnan(none.loc["?", "efficiency"])
+
+
+def test_eval_losses_from_workshop_records_by_epoch() -> None:
+    """Without a summary or the Trainer's eval dicts: WORKSHOP_METRICS eval records, ordered by their epoch."""
+    text = ('WORKSHOP_METRICS {"kind": "eval", "step": 12, "epoch": 2.0, "eval_loss": 4.5}\n'
+            'WORKSHOP_METRICS {"kind": "eval", "step": 6, "epoch": 1.0, "eval_loss": 5.5}\n')
+    row = tables.baseline_table([parse_text(text, "m")], predicted_mem_mb=False).loc["m"]
+    assert (row["eval_loss_epoch1"], row["eval_loss_epoch2"]) == (5.5, 4.5)

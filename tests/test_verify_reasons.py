@@ -1,0 +1,390 @@
+"""`workshop verify`, one reason at a time, on job folders built by hand (fast: no training, no Slurm).
+
+Each folder is what a job leaves (job.json, slurm-<id>.out, run/summary.json, metrics.jsonl,
+digest.json), sealed with the course's own digest function (workshop.training.checkpoints.digest,
+the one the training job calls). A genuine folder passes; each forgery below changes one thing and
+must be flagged with exactly one reason, in the words the instructor reads. The same checks on jobs
+the course really ran are tests/test_verify_local.py's (local backend) and
+tests/slurm/test_verify_on_cluster.py's (Slurm accounting).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workshop.results import verify
+from workshop.training.checkpoints import digest
+
+KEY = "the-sites-secret"
+SUBMITTED = "2026-11-26T10:00:00+00:00"
+STARTED = "2026-11-26T10:00:03.250+00:00"
+ENDED = "2026-11-26T10:00:20.500+00:00"
+RECORDED_END = "2026-11-26T10:00:21+00:00"
+
+
+@dataclass
+class Job:
+    folder: Path
+    number: str
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    sealed: dict[str, Any]
+    lines: list[str]
+
+    @property
+    def log(self) -> Path:
+        return next(self.folder.glob("slurm-*.out"))
+
+    def write_log(self) -> None:
+        self.log.write_text("\n".join(self.lines) + "\n")
+
+    def replace_line(self, prefix: str, line: str) -> None:
+        self.lines = [line if x.startswith(prefix) else x for x in self.lines]
+        self.write_log()
+
+
+def make_job(subs: Path, student: str = "alice", assignment: str = "01_baseline", job_id: str = "local-3",
+             key: str | None = KEY, host: str = "node7", **record: Any) -> Job:
+    """A finished job folder as a course job leaves it: its own log, its run's files and their seal."""
+    folder = subs / student / assignment / "jobs" / "baseline-0a1b2c3d4e"
+    (folder / "run").mkdir(parents=True)
+    number = job_id.removeprefix("local-")
+    summary = {"status": "completed", "world_size": 1, "hosts": [host], "final_eval_loss": 5.125, "steps": 2}
+    metrics = [{"kind": "train", "step": 1, "loss": 6.25}, {"kind": "train", "step": 2, "loss": 5.5},
+               {"kind": "eval", "step": 2, "epoch": 1.0, "eval_loss": 5.125}]
+    sealed = digest(number, summary, metrics, key)
+    (folder / "run" / "summary.json").write_text(json.dumps(summary, indent=1))
+    (folder / "run" / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    (folder / "run" / "digest.json").write_text(json.dumps(sealed, indent=1))
+    if job_id.startswith("local-"):
+        record = {"job_id": job_id, "backend": "local", "step": "baseline", "profile": "local", "name": "baseline",
+                  "job_dir": str(folder), "state": "COMPLETED", "submitted_at": SUBMITTED,
+                  "ended_at": RECORDED_END, "nodes": host, "host": host, "pid": 4242, "pid_start": 91234, **record}
+    else:
+        record = {"job_id": job_id, "backend": "slurm", "step": "baseline", "profile": "ci", "name": "baseline",
+                  "job_dir": str(folder), "state": "COMPLETED", **record}
+    (folder / "job.json").write_text(json.dumps(record, indent=1))
+    lines = [f"[job] id {number} name baseline nodes 1: {host}", f"[job] start {STARTED} on {host} in {folder}",
+             *(f"WORKSHOP_METRICS {json.dumps(m)}" for m in metrics),
+             f"WORKSHOP_SUMMARY {json.dumps(summary)}", f"WORKSHOP_DIGEST {json.dumps(sealed)}", f"[job] end {ENDED}"]
+    job = Job(folder, number, summary, metrics, sealed, lines)
+    (folder / f"slurm-{job_id}.out").write_text("")
+    job.write_log()
+    return job
+
+
+def reasons(subs: Path, key: str | None = KEY) -> dict[tuple[str, str], list[str]]:
+    return {(v.student, v.assignment): v.reasons for v in verify.verify(subs, key=key)}
+
+
+def only_reason(subs: Path, key: str | None = KEY) -> str:
+    (found,) = reasons(subs, key).values()
+    assert len(found) == 1, found
+    return found[0]
+
+
+def test_a_genuine_job_passes(tmp_path: Path) -> None:
+    make_job(tmp_path)
+    (v,) = verify.verify(tmp_path, key=KEY)
+    assert v.ok and v.reasons == [] and v.backend == "local" and v.job == "local-3" and v.number == "3"
+    assert v.notes == ["local backend: no Slurm accounting, checked against job.json"]
+    assert v.digest == digest("3", *_files(v.folder), KEY)["digest"]
+    # and with no site key: a plain SHA-256, which is said to catch careless edits only
+    shutil.rmtree(tmp_path / "alice")
+    make_job(tmp_path, key=None)
+    (v,) = verify.verify(tmp_path, key=None)
+    assert v.ok and "unkeyed digest: detects careless edits only" in v.notes
+
+
+def _files(folder: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    run = folder / "run"
+    return json.loads((run / "summary.json").read_text()), verify.read_metrics(run / "metrics.jsonl")
+
+
+def test_the_logs_summary_differs_from_summary_json_while_the_digest_is_valid(tmp_path: Path) -> None:
+    """The files and their seal are untouched; only the log's WORKSHOP_SUMMARY line was made better."""
+    job = make_job(tmp_path)
+    better = dict(job.summary, final_eval_loss=4.0)
+    job.replace_line("WORKSHOP_SUMMARY ", f"WORKSHOP_SUMMARY {json.dumps(better)}")
+    assert only_reason(tmp_path) == "edited numbers: the log's WORKSHOP_SUMMARY differs from run/summary.json"
+
+
+def test_a_metrics_line_that_is_not_the_jobs(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    job.replace_line('WORKSHOP_METRICS {"kind": "train", "step": 2',
+                     f"WORKSHOP_METRICS {json.dumps(dict(job.metrics[1], loss=4.5))}")
+    assert only_reason(tmp_path) == "edited numbers: a WORKSHOP_METRICS line of the log is not in run/metrics.jsonl"
+    # a line added from another run is not the job's either
+    job = make_job(tmp_path / "other")
+    job.lines.insert(3, 'WORKSHOP_METRICS {"kind": "train", "step": 7, "loss": 1.0}')
+    job.write_log()
+    assert reasons(tmp_path / "other")["alice", "01_baseline"] == [
+        "edited numbers: a WORKSHOP_METRICS line of the log is not in run/metrics.jsonl"]
+
+
+def test_a_digest_naming_another_job(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    # alone: the seal's own job id field names job 8 (its value still covers job 3's numbers)
+    (job.folder / "run" / "digest.json").write_text(json.dumps(dict(job.sealed, job_id="8")))
+    assert only_reason(tmp_path) == "digest.json belongs to job 8, not local-3"
+    # as a copier leaves it: another job's whole seal, which also fails to cover this job's numbers
+    other = digest("8", job.summary, job.metrics, KEY)
+    (job.folder / "run" / "digest.json").write_text(json.dumps(other))
+    job.replace_line("WORKSHOP_DIGEST ", f"WORKSHOP_DIGEST {json.dumps(other)}")
+    assert reasons(tmp_path)["alice", "01_baseline"] == [
+        "digest.json belongs to job 8, not local-3",
+        "edited numbers: summary.json / metrics.jsonl do not match the run's digest"]
+
+
+def test_edited_numbers_with_their_seal_left_as_it_was(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    (job.folder / "run" / "summary.json").write_text(json.dumps(dict(job.summary, final_eval_loss=4.0)))
+    job.replace_line("WORKSHOP_SUMMARY ", f"WORKSHOP_SUMMARY {json.dumps(dict(job.summary, final_eval_loss=4.0))}")
+    assert only_reason(tmp_path) == "edited numbers: summary.json / metrics.jsonl do not match the run's digest"
+
+
+def test_an_unkeyed_digest_where_a_key_is_set(tmp_path: Path) -> None:
+    """The student recomputed a plain SHA-256 over numbers of their own: without the key, it is all they can."""
+    make_job(tmp_path, key=None)
+    assert only_reason(tmp_path, key=KEY) == "an unkeyed digest where this site's jobs sign theirs: recomputed by hand?"
+
+
+def test_a_keyed_digest_with_the_wrong_key(tmp_path: Path) -> None:
+    make_job(tmp_path, key="a-key-the-student-made-up")
+    assert only_reason(tmp_path, key=KEY) == "edited numbers: summary.json / metrics.jsonl do not match the run's digest"
+    (v,) = verify.verify(tmp_path, key=None)       # a grader without the key cannot tell, and says so
+    assert v.ok and "keyed digest not checked: set WORKSHOP_DIGEST_KEY" in v.notes
+
+
+def test_a_log_whose_digest_line_is_not_the_runs(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    job.replace_line("WORKSHOP_DIGEST ", f"WORKSHOP_DIGEST {json.dumps(dict(job.sealed, digest='0' * 64))}")
+    assert only_reason(tmp_path) == "the log's WORKSHOP_DIGEST line does not match run/digest.json"
+
+
+@pytest.mark.parametrize("start, reason", [
+    # a log from an earlier job: it started before this folder's job was submitted (5 s of skew allowed)
+    ("2026-11-26T09:59:54+00:00", f"before this job was submitted ({SUBMITTED})"),
+    ("2026-11-26T09:59:56+00:00", None),
+    # or from a later one: it started after this job ended
+    ("2026-11-26T10:00:27+00:00", f"after this job ended ({RECORDED_END})"),
+    ("2026-11-26T10:00:25+00:00", None),
+])
+def test_a_local_job_that_started_outside_its_own_run(tmp_path: Path, start: str, reason: str | None) -> None:
+    job = make_job(tmp_path)
+    job.replace_line("[job] start ", f"[job] start {start} on node7 in {job.folder}")
+    if reason is None:
+        assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+    else:
+        assert only_reason(tmp_path) == f"the log starts at {start}, {reason}: a log from another job"
+
+
+def test_a_local_log_without_a_start_line(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    job.lines = [x for x in job.lines if not x.startswith("[job] start ")]
+    job.write_log()
+    assert only_reason(tmp_path) == "the log has no `[job] start` line"
+
+
+def test_a_local_jobs_record_without_its_process(tmp_path: Path) -> None:
+    make_job(tmp_path, pid=None)
+    assert only_reason(tmp_path) == ("job.json of a local job without its process (pid, host): not written by "
+                                     "workshop submit")
+
+
+def test_a_local_log_from_other_hosts(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    moved = dict(job.summary, hosts=["node7", "node9"])
+    sealed = digest(job.number, moved, job.metrics, KEY)      # a seal that holds: only the hosts give it away
+    (job.folder / "run" / "summary.json").write_text(json.dumps(moved))
+    (job.folder / "run" / "digest.json").write_text(json.dumps(sealed))
+    job.replace_line("WORKSHOP_SUMMARY ", f"WORKSHOP_SUMMARY {json.dumps(moved)}")
+    job.replace_line("WORKSHOP_DIGEST ", f"WORKSHOP_DIGEST {json.dumps(sealed)}")
+    assert only_reason(tmp_path) == "the log's hosts ['node7', 'node9'] are not this job's ['node7']"
+
+
+def test_a_log_naming_another_job_number(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    job.replace_line("[job] id ", "[job] id 5 name baseline nodes 1: node7")
+    assert only_reason(tmp_path) == "the log says it is job 5, its name says local-3"
+
+
+def test_results_without_a_digest_and_a_run_that_never_finished(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    (job.folder / "run" / "digest.json").unlink()
+    assert only_reason(tmp_path) == "results without run/digest.json: they cannot be checked"
+    shutil.rmtree(job.folder / "run")
+    job.lines = [x for x in job.lines if not x.startswith(("WORKSHOP_", "[job] end"))]
+    job.write_log()
+    (v,) = verify.verify(tmp_path, key=KEY)
+    assert v.ok and "no results (the run did not finish)" in v.notes
+
+
+def test_one_folder_handed_in_twice_and_identical_results(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    shutil.copytree(tmp_path / "alice", tmp_path / "carol")
+    found = reasons(tmp_path)
+    identity = "local-3 (pid 4242 on node7, started at tick 91234)"
+    assert found["alice", "01_baseline"] == [f"the same log (job {identity}) is also in carol/01_baseline/jobs/"
+                                             f"{job.folder.name}"]
+    assert found["carol", "01_baseline"] == [f"the same log (job {identity}) is also in alice/01_baseline/jobs/"
+                                             f"{job.folder.name}"]
+    # another process (pid) with the same numbers: not the same log, but the same results
+    record = json.loads((tmp_path / "carol" / "01_baseline" / "jobs" / job.folder.name / "job.json").read_text())
+    (tmp_path / "carol" / "01_baseline" / "jobs" / job.folder.name / "job.json").write_text(
+        json.dumps(dict(record, pid=5151)))
+    found = reasons(tmp_path)
+    assert found["carol", "01_baseline"] == [f"identical results (digest) to alice/01_baseline/jobs/{job.folder.name}"]
+
+
+# ---------------------------------------------------------------- Slurm jobs, against a hand-built sacct record
+# Slurm's node list is expanded by Slurm's own `scontrol show hostnames` (a local computation: no
+# controller is asked). Without Slurm's client installed these are skipped; the cluster test
+# tests/slurm/test_verify_on_cluster.py forges hosts and start times against real accounting.
+needs_scontrol = pytest.mark.skipif(shutil.which("scontrol") is None, reason="Slurm's scontrol is not installed")
+
+
+def slurm_verdict(job: Job, subs: Path) -> verify.Verdict:
+    (v,) = verify.job_folders(subs)
+    return v
+
+
+def record(**changes: str) -> dict[str, str]:
+    return {"JobIDRaw": "4242", "User": "alice", "State": "COMPLETED", "NodeList": "gpu[06-07]",
+            "Start": "2026-11-26T10:00:01", "End": "2026-11-26T10:00:22", **changes}
+
+
+def local_clock(text: str) -> str:
+    """sacct prints this machine's local time without a zone: the fixture's UTC times, so written."""
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(text).astimezone().replace(tzinfo=None).isoformat(timespec="seconds")
+
+
+@needs_scontrol
+def test_slurm_hosts_outside_the_jobs_node_list(tmp_path: Path) -> None:
+    job = make_job(tmp_path, job_id="4242", host="gpu07")
+    times = dict(Start=local_clock("2026-11-26T10:00:01+00:00"), End=local_clock("2026-11-26T10:00:22+00:00"))
+    v = slurm_verdict(job, tmp_path)
+    verify.check_job(v, record(**times), "alice", KEY)
+    assert v.reasons == []
+    v = slurm_verdict(job, tmp_path)
+    verify.check_job(v, record(NodeList="gpu[01-02]", **times), "alice", KEY)
+    assert v.reasons == ["the log's hosts ['gpu07'] are not the job's nodes ['gpu01', 'gpu02']"]
+
+
+@needs_scontrol
+def test_slurm_start_and_end_against_accounting(tmp_path: Path) -> None:
+    job = make_job(tmp_path, job_id="4242", host="gpu07")
+    late = local_clock("2026-11-26T10:03:04+00:00")      # 180.75 s after the log's start: beyond 120 s
+    v = slurm_verdict(job, tmp_path)
+    verify.check_job(v, record(Start=late, End=local_clock("2026-11-26T10:00:22+00:00")), "alice", KEY)
+    assert v.reasons == [f"the log starts at {STARTED.replace('.250', '.250000')}, Slurm started the job at {late}"]
+    v = slurm_verdict(job, tmp_path)
+    verify.check_job(v, record(Start=local_clock("2026-11-26T10:00:01+00:00"), End=late), "alice", KEY)
+    assert v.reasons == [f"the log ends at {ENDED.replace('.500', '.500000')}, Slurm ended the job at {late}"]
+
+
+@needs_scontrol
+def test_slurm_another_users_job_and_one_that_never_ran(tmp_path: Path) -> None:
+    job = make_job(tmp_path, job_id="4242", host="gpu07")
+    times = dict(Start=local_clock("2026-11-26T10:00:01+00:00"), End=local_clock("2026-11-26T10:00:22+00:00"))
+    v = slurm_verdict(job, tmp_path)
+    verify.check_job(v, record(User="bob", **times), "alice", KEY)
+    assert v.reasons == ["job 4242 ran as 'bob', not as 'alice': another user's log"]
+    v = slurm_verdict(job, tmp_path)
+    verify.check_job(v, None, "alice", KEY)
+    assert v.reasons == ["job 4242 never ran on this cluster: sacct has no record of it"]
+
+
+def test_the_command_prints_one_line_a_job_and_exits_1_when_one_is_flagged(tmp_path: Path, capsys,
+                                                                           monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv(verify.KEY_ENV, KEY)
+    make_job(tmp_path)
+    assert verify.main([str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split() == ["student", "assignment", "job", "verdict", "reason"]
+    assert out[1].split()[:4] == ["alice", "01_baseline", "local-3", "ok"]
+    assert out[-1] == "1 job(s), 0 flagged; digests keyed"
+    make_job(tmp_path, student="bob", pid=5151, key=None)
+    assert verify.main([str(tmp_path)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[:4] == ["alice", "01_baseline", "local-3", "ok"]
+    assert out[2].split()[:4] == ["bob", "01_baseline", "local-3", "FLAGGED"]
+    assert out[2].endswith("an unkeyed digest where this site's jobs sign theirs: recomputed by hand?")
+    assert out[-1] == "2 job(s), 1 flagged; digests keyed"
+    monkeypatch.delenv(verify.KEY_ENV)
+    verify.main([str(tmp_path)])
+    assert capsys.readouterr().out.splitlines()[-1].endswith("digests unkeyed (no WORKSHOP_DIGEST_KEY)")
+
+
+def test_the_command_refuses_what_is_not_a_submissions_folder(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+    assert verify.main([str(tmp_path / "nowhere")]) == 2
+    assert "is not a folder. Give nbgrader's submitted/ folder" in capsys.readouterr().err
+    assert verify.main([str(tmp_path)]) == 2
+    assert "no job folders under" in capsys.readouterr().err
+
+
+def test_the_user_map(tmp_path: Path) -> None:
+    path = tmp_path / "users.csv"
+    path.write_text("student,unix_user\n# a comment\n\nalice, u1001\nbob,u1002\nbroken line\n")
+    assert verify.read_user_map(str(path)) == {"alice": "u1001", "bob": "u1002"}
+    assert verify.read_user_map(None) == {}
+
+
+def test_saved_digest(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    assert verify.saved_digest(job.folder) == job.sealed["digest"]
+    (job.folder / "run" / "digest.json").write_text("not json")
+    assert verify.saved_digest(job.folder) is None
+    assert verify.saved_digest(tmp_path / "nowhere") is None
+
+
+def test_exactly_five_seconds_before_submission_is_skew_not_another_job(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    job.replace_line("[job] start ", f"[job] start 2026-11-26T09:59:55+00:00 on node7 in {job.folder}")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_a_two_node_local_job_ran_on_its_simulated_nodes(tmp_path: Path) -> None:
+    job = make_job(tmp_path, nodes="local-node1,local-node2", host="node7")
+    both = dict(job.summary, hosts=["local-node1", "local-node2"])
+    sealed = digest(job.number, both, job.metrics, KEY)
+    (job.folder / "run" / "summary.json").write_text(json.dumps(both))
+    (job.folder / "run" / "digest.json").write_text(json.dumps(sealed))
+    job.replace_line("WORKSHOP_SUMMARY ", f"WORKSHOP_SUMMARY {json.dumps(both)}")
+    job.replace_line("WORKSHOP_DIGEST ", f"WORKSHOP_DIGEST {json.dumps(sealed)}")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_the_current_job_of_a_resubmitted_folder(tmp_path: Path) -> None:
+    """job.json names the folder's current job; without it, the newest log does."""
+    import os
+
+    job = make_job(tmp_path)
+    old = job.folder / "slurm-local-2.out"
+    old.write_text("[job] id 2 name baseline nodes 1: node7\n")
+    os.utime(old, (2_000_000_000, 2_000_000_000))              # the older job's log, touched later
+    (v,) = verify.job_folders(tmp_path)
+    assert v.job == "local-3"
+    (job.folder / "job.json").unlink()
+    os.utime(job.log, (2_100_000_000, 2_100_000_000))
+    (v,) = verify.job_folders(tmp_path)
+    assert (v.job, v.backend) == ("local-3", "local")
+
+
+def test_one_log_in_three_folders_names_the_other_two(tmp_path: Path) -> None:
+    job = make_job(tmp_path)
+    for other in ("bob", "carol"):
+        shutil.copytree(tmp_path / "alice", tmp_path / other)
+    found = reasons(tmp_path)
+    name = job.folder.name
+    assert found["alice", "01_baseline"] == [
+        f"the same log (job local-3 (pid 4242 on node7, started at tick 91234)) is also in bob/01_baseline/jobs/{name}, "
+        f"carol/01_baseline/jobs/{name}"]
