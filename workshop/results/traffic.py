@@ -15,7 +15,10 @@ ranks' shares. HYBRID_SHARD's replica groups take one rank from each node: every
 
 The plain rule of the notebook counts every unit's all-gather twice (forward and backward); FSDP2 does
 not re-gather a unit it keeps from forward to backward (the root, which holds BLOOM's tied embedding),
-so a real step sends a little less under full_shard (the measurement shows by how much).
+so a real step sends a little less under full_shard (the measurement shows by how much). The
+communication model (`workshop.results.comm`) predicts a run's every collective, unit by unit, with the
+same ring shares (`comm.RING_SHARE`); this module keeps the notebook's plain rule, the reference a
+student's function is graded against.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+from workshop.results.comm import KINDS, RING_SHARE
 
 
 @dataclass(frozen=True)
@@ -37,11 +40,9 @@ class Collective:
 
 def hop_bytes(c: Collective) -> float:
     """Bytes each rank of the ring sends to the next for this collective."""
-    k = len(c.ranks)
     if c.kind not in KINDS:
         raise ValueError(f"unknown collective {c.kind!r}: use one of {', '.join(KINDS)}")
-    share = (k - 1) / k * c.nbytes
-    return 2 * share if c.kind == "all_reduce" else share
+    return RING_SHARE[c.kind](len(c.ranks)) * c.nbytes
 
 
 def node_by_node(gpus_per_node: int) -> Callable[[int], int]:
