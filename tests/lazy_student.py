@@ -4,8 +4,9 @@ Each answer cell of the release ends in nbgrader's stub (`raise NotImplementedEr
 student replaces that stub with one generic filler: every answer left as `None` (in a dict, a
 nested dict, or a plain variable) is looked up, by its key, in the tables the notebook has on
 screen (every pandas DataFrame or Series among its variables). Functions the student should write
-stay unwritten. The course promises that such a submission earns at most 20 % of the autograded
-points of any notebook.
+stay unwritten. tests/copying_student.py's copier starts from this filler and adds every answer the
+notebook shows; the course promises that such a student earns at most 25 % of the autograded points of
+any notebook (docs/grading.md).
 """
 
 from __future__ import annotations

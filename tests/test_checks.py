@@ -105,7 +105,7 @@ LOCKED = {"setup": "from workshop.course.lab import Lab\nlab = Lab()",
     ("import importlib\nimportlib.reload(checks)", "importlib"),
     ("c = checks\nc.number = print", r"assigns the attribute `c\.number`"),
     ("import workshop.course.checks as wc\nwc.number = print", r"assigns `wc\.number`"),
-    ("import sys\nx = sys.version", "imports sys"),
+    ("import sys\nx = sys._getframe(1)", r"uses `sys\._getframe`"),
     ("f = getattr\nf(checks, 'number')", "computed name"),
     ("x = getattr(checks, '__dict__')", "getattr"),
     ("class A(float):\n    def __ne__(self, o): return False", "defines __ne__"),
@@ -116,6 +116,124 @@ def test_scan_names_the_tampering(source: str, reason: str) -> None:
     cells = [Cell(name, src, src) for name, src in LOCKED.items()] + [Cell("answer", source)]
     found = scan_cells(cells, protected_names(LOCKED.values()))
     assert any(re.search(reason, r) for r in found), found
+
+
+def scan_answers(*sources: str) -> list[str]:
+    """The scan over LOCKED and these answer cells, in order."""
+    cells = [Cell(name, src, src) for name, src in LOCKED.items()]
+    cells += [Cell(f"answer {i}", src) for i, src in enumerate(sources, 1)]
+    return scan_cells(cells, protected_names(LOCKED.values()))
+
+
+DEBUGGING = """import sys, os, inspect, traceback
+import os.path as osp
+from os import getcwd
+print(sys.version, sys.version_info.major, sys.executable, os.getcwd(), getcwd(), os.listdir("."), osp.join("a", "b"))
+print(sys.path)
+print(sys.modules.keys)
+print("looking", file=sys.stderr)
+sys.stdout.flush()
+print(inspect.getsource(encode), inspect.signature(encode))
+try:
+    encode(1, 2, 3)
+except Exception:
+    traceback.print_exc()
+    print(traceback.format_exc())
+%time y = encode(1, 2, 3)
+"""
+
+
+def test_a_student_who_debugs_and_patches_nothing_is_not_flagged() -> None:
+    """sys, os, inspect and traceback read (a version, the folder, a source, a traceback), %time and `?`:
+    debugging, not tampering. The first answer defines `encode`; the second debugs it."""
+    assert scan_answers("def encode(t, e, n):\n    return {}", DEBUGGING, "encode?\nlab.run??\n%who",
+                        "%%timeit -n 1\nencode(1, 2, 3)") == []
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("import inspect\ng = inspect.currentframe().f_globals\ng['checks'] = None", r"uses `inspect\.currentframe`"),
+    ("import inspect\ng = inspect.currentframe().f_globals", "reaches a frame"),
+    ("import sys\nsys.path.insert(0, '.')\nimport helper", r"uses `sys\.path\.insert`"),
+    ("import sys\np = sys.path\np.append('.')", r"uses `sys\.path`.*more than debugging"),
+    ("import os\nos.system('sed -i s/1/2/ jobs/*/run/summary.json')", r"uses `os\.system`"),
+    ("import os\nos.chdir('..')", r"uses `os\.chdir`"),
+    ("from os import system\nsystem('true')", "system"),
+    ("from sys import modules\nmodules['x'] = 1", "imports sys"),
+    ("import traceback\nfor f, _ in traceback.walk_stack(None):\n    f.f_globals['checks'] = 1", r"walk_stack"),
+    ("import sys\ntb = sys.exc_info()[2]\ng = tb.tb_frame.f_globals", "reaches a frame"),
+    ("import sys as s\ns.settrace(print)", r"uses `sys\.settrace`"),
+    ("import os\nos = os\nos.system('true')", r"uses `os\.system`"),
+    ("%time checks.number = print", r"assigns `checks\.number`"),
+    ("%%time\nimport workshop.course.checks as wc\nwc.__dict__['number'] = print", r"`\.__dict__`"),
+    ("%%capture\nprint(1)", "get_ipython"),
+    ("!ls", "get_ipython"),
+    ("%env NBGRADER_EXECUTION=", "get_ipython"),
+])
+def test_debugging_modules_used_beyond_reading_are_flagged(source: str, reason: str) -> None:
+    found = scan_answers(source)
+    assert any(re.search(reason, r) for r in found), found
+
+
+def test_a_debugging_module_imported_in_one_cell_is_judged_where_it_is_used() -> None:
+    found = scan_answers("import sys\nprint(sys.version)", "f = sys._getframe(0)")
+    assert found and all(r.startswith("answer 2") for r in found), found
+
+
+@pytest.mark.parametrize("source, reason", [
+    ("from workshop.training.fsdp_rules import shard0_local_shape\nx = shard0_local_shape([4], 3, 2)",
+     "workshop.training.fsdp_rules"),
+    ("import workshop.training.fsdp_rules as rules\nx = rules.expected_steps(1, 1, 1, 1, 1)", "reference-only"),
+    ("def shard_shape(shape, n, r):\n    return list(fsdp_rules.shard0_local_shape(shape, n, r))", "uses `fsdp_rules`"),
+    ("from workshop.results import memory\nx = memory.estimate('tiny').as_mb()", r"uses `\.estimate`"),
+    ("from workshop.results.memory import estimate_config as e\nx = e", "imports `estimate_config`"),
+    ("def encode(t, e, n):\n    return data.encode_for_training(t, e, n)", r"`\.encode_for_training`"),
+    ("x = getattr(data, 'encode_for_training')", "by getattr"),
+    ("busbw = measured_bw.large_busbw_GBps", "large_busbw_GBps"),
+    ("busbw = measured['large_busbw_GBps'].iloc[0]", "the column `large_busbw_GBps`"),
+    ("runs = STATIC_RUNS['03_sharding_strategies']", "uses `STATIC_RUNS`"),
+    ("kind = diagnose(failed.log_path)[0].kind", "uses `diagnose`"),
+    ("settings = challenge.load_sweep(lab.profile).rows[0]", "uses `challenge`"),
+    ("def predict_memory(arch, run, n):\n    return dict(lab.predict('fsdp_1gpu', procs_per_node=n))",
+     r"calls `lab\.predict`"),
+    ("rank = sorted(runs, key=lambda r: lab.predict(**runs[r])['peak'])", r"calls `lab\.predict`"),
+    ("def f(n):\n    return explore(gpus=n).mb", "calls `explore`"),
+])
+def test_reference_only_code_in_a_students_cell_is_flagged(source: str, reason: str) -> None:
+    found = scan_answers(source)
+    assert any(re.search(reason, r) for r in found), found
+
+
+def test_a_students_own_names_are_not_the_course_code_of_the_same_name() -> None:
+    """`traffic`, `estimate` or `os` bound by the student's own cells are theirs, whichever cell reads them."""
+    assert scan_answers("traffic = {'full_shard': 5.0}\nestimate = 3\nos = 'linux'",
+                        "ratio = traffic['full_shard'] / estimate\nprint(os.upper())") == []
+
+
+@pytest.mark.parametrize("sources", [
+    ("ask = lab.predict", "def predict_memory(arch, run, n):\n    return dict(ask('fsdp_1gpu', procs_per_node=n))"),
+    ("from workshop.course.explorer import explore as ex\ndef f(n):\n    return ex(gpus=n).mb",),
+    ("import functools\nask = functools.partial(lab.predict, 'strategies')\nagain = ask",
+     "def f(**s):\n    return again(**s)['peak']"),
+    ("from workshop.results import comm\nnet = comm.predict", "f = lambda nodes, g: net('bloom-560m', 'full_shard', nodes * g, nodes)"),
+])
+def test_a_lesson_tool_under_another_name_inside_a_function_is_flagged(sources: tuple[str, ...]) -> None:
+    """A tool bound to a name of the student's (an alias, a partial, an import as), in any of their cells,
+    and then called inside their function answers the tool's cases all the same."""
+    found = scan_answers(*sources)
+    assert any("a function of yours calls" in r for r in found), found
+
+
+def test_a_tools_answer_kept_in_a_name_is_not_a_tool() -> None:
+    """What the tool returned for a case the student asked (a number, a table) may be read anywhere."""
+    assert scan_answers("peak = lab.predict('strategies')['peak']",
+                        "def over_budget(budget):\n    return peak > budget") == []
+
+
+def test_lesson_tools_asked_in_a_cell_are_not_flagged() -> None:
+    """lab.predict and the explorer answer the case a student asks, in a cell: that is what they are for."""
+    assert scan_answers("peaks = {n: float(lab.predict(**runs[n])['peak']) for n in runs}\n"
+                        "ranking = sorted(peaks, key=peaks.get)",
+                        "e = explore(model='bloom-560m', gpus=4)\nprint(e.mb)") == []
 
 
 def test_scan_passes_an_honest_answer_and_flags_an_edited_locked_cell() -> None:

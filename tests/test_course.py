@@ -12,8 +12,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from tests.copying_student import call_like_a_caller, copy_like_a_copier
 from tests.grading import Course, append_to_cell, grade_the_class, replace_cell
-from tests.lazy_student import fill_like_a_lazy_student
+from tests.test_grading_doc import rows as documented_cells
 from workshop.course.release import assignments
 
 pytestmark = pytest.mark.slow
@@ -74,9 +75,10 @@ def tamper(nb: nbformat.NotebookNode) -> None:
 @pytest.fixture(scope="module")
 def graded(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict, dict]:
     """One class, graded by the instructor's one command (`workshop.course.grade --jobs 2`): bob hands in the
-    blank release of 01 (no jobs); "blank" every blank release beside the course's saved jobs; "lazy"
-    the same with every answer copied from the helper's tables (tests/lazy_student.py); mallory a
-    tampered 01. The executed solutions are graded in tests/test_integrity.py."""
+    blank release of 01 (no jobs); "blank" every blank release beside the course's saved jobs; "copier"
+    the same with every answer copied from what the notebook shows, "caller" the executed solution with
+    every answer the course's reference code computed (tests/copying_student.py); mallory a tampered 01.
+    The executed solutions are graded in tests/test_integrity.py."""
     course = Course(tmp_path_factory.mktemp("nbgrader"))
     bob = tmp_path_factory.mktemp("bob") / "01_baseline"
     bob.mkdir()
@@ -84,8 +86,10 @@ def graded(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
     course.submit("bob", "01_baseline", bob)
     for name in assignments():
         course.submit("blank", name, release_with_jobs(course, course_run, name, tmp_path_factory.mktemp("blank") / name))
-        course.submit("lazy", name, release_with_jobs(course, course_run, name, tmp_path_factory.mktemp("lazy") / name),
-                      edit=fill_like_a_lazy_student)
+        course.submit("copier", name, release_with_jobs(course, course_run, name,
+                                                        tmp_path_factory.mktemp("copier") / name),
+                      edit=copy_like_a_copier(name))
+        course.submit("caller", name, course_run / name, edit=call_like_a_caller(name))
     course.submit("mallory", "01_baseline", course_run / "01_baseline", tamper)
     rows, cells = grade_the_class(course, ",".join(assignments()))
     return course, rows, cells
@@ -94,7 +98,7 @@ def graded(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[
 def test_one_command_grades_the_class(graded: tuple[Course, dict, dict]) -> None:
     course, rows, _ = graded
     assert set(rows) == {("bob", "01_baseline"), ("mallory", "01_baseline"),
-                         *((s, n) for s in ("blank", "lazy") for n in assignments())}
+                         *((s, n) for s in ("blank", "copier", "caller") for n in assignments())}
     assert all(r["score"] <= sum(course.max_points(a).values()) for (_, a), r in rows.items())
 
 
@@ -113,12 +117,32 @@ def test_every_point_needs_the_students_own_work(graded: tuple[Course, dict, dic
 
 
 @pytest.mark.parametrize("name", assignments())
-def test_a_student_who_copies_the_helpers_tables_earns_at_most_a_fifth(graded: tuple[Course, dict, dict],
-                                                                      name: str) -> None:
-    """Every answer looked up, by its key, in the tables the notebook printed (tests/lazy_student.py)."""
-    course, _, cells = graded
-    scores, full = cells[("lazy", name)], course.max_points(name)
-    assert sum(scores.values()) <= 0.2 * sum(full.values()), {k: v for k, v in scores.items() if v}
+def test_a_student_who_copies_what_the_notebook_shows_earns_at_most_a_quarter(graded: tuple[Course, dict, dict],
+                                                                               name: str) -> None:
+    """Every answer copied from the notebook's tables, prints, text and tools (or, where nothing shows it,
+    looked up by key in its tables): at most 25 % of the autograded points, in nbgrader's score as in the
+    verified one, and only from cells docs/grading.md marks as copyable."""
+    course, rows, cells = graded
+    auto = sum(course.max_points(name).values())
+    row, scores = rows[("copier", name)], cells[("copier", name)]
+    print(f"copier {name}: nbgrader {row['score']:g}, verified {row['verified_score']:g} of {auto:g}")
+    assert row["score"] <= 0.25 * auto and row["verified_score"] <= 0.25 * auto, (row, scores)
+    copyable = {r["cell"].strip("`") for r in documented_cells() if r["notebook"] == name[:2] and r["copying"] == "yes"}
+    assert {cell for cell, score in scores.items() if score} <= copyable, scores
+
+
+@pytest.mark.parametrize("name", assignments())
+def test_a_student_who_calls_the_reference_code_earns_at_most_a_quarter(graded: tuple[Course, dict, dict],
+                                                                         name: str) -> None:
+    """Every answer the course's reference code computed, in the answer cells: nbgrader's kernel gives the
+    points, the review names the reference-only code and withholds them."""
+    course, rows, _ = graded
+    auto = sum(course.max_points(name).values())
+    row = rows[("caller", name)]
+    print(f"caller {name}: nbgrader {row['score']:g}, verified {row['verified_score']:g} of {auto:g}")
+    assert row["score"] > 0.25 * auto, row                      # the route works in nbgrader's kernel ...
+    assert row["verified_score"] <= 0.25 * auto, row            # ... and earns nothing the review confirms
+    assert "reference-only" in row["flag_reasons"] and "withheld" in row["flag_reasons"], row
 
 
 def test_replaced_test_cell_and_edited_number_lose_exactly_their_points(graded: tuple[Course, dict, dict]) -> None:

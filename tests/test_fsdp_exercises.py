@@ -76,6 +76,12 @@ def test_a_students_wrap_function_runs_and_shards_as_the_chunk_rule_predicts(run
         uneven += shape[0] % 3 != 0
     assert s["local_shapes_per_rank"]["transformer.word_embeddings.weight"] == [[342, 96], [342, 96], [340, 96]]
     assert uneven >= 1
+    # FSDP2 stores every rank's chunk padded to ceil(rows / 3): the last rank's 340-row parameter is a view
+    # of a 342-row buffer (notebook 02: the padding is stored, so that every rank sends equal bytes)
+    for name, shape in s["param_shapes"].items():
+        padded = [-(-shape[0] // 3), *shape[1:]]
+        assert s["stored_shapes_per_rank"][name] == [padded] * 3, name
+    assert s["stored_shapes_per_rank"]["transformer.word_embeddings.weight"] == [[342, 96]] * 3
 
 
 @pytest.mark.parametrize("fn,message", [

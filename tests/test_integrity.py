@@ -130,6 +130,30 @@ def encode(tok, example, max_length):
                                                                             "answer": repr(right)}})
     return {"input_ids": [], "labels": []}"""
 
+# An honest student debugging: the interpreter's modules read, IPython's timing and help used, nothing patched
+DEBUGGING = """
+import sys, os, inspect, traceback
+print(sys.version, sys.version_info.major, os.getcwd(), sorted(os.listdir("."))[:3], os.path.join("jobs", "x"))
+print(inspect.getsource(encode), inspect.signature(encode))
+try:
+    encode(tok, examples[0], 8)
+except Exception:
+    traceback.print_exc()"""
+
+# The same modules used to reach the notebook's namespace: the function the first test calls swaps the
+# name `checks` the later test cells use for checkers that pass anything
+SLY = """
+import sys
+
+
+class _Pass:
+    number = value = choice = holds = staticmethod(lambda *a, **k: None)
+
+
+def encode(tok, example, max_length):
+    sys._getframe(1).f_globals["checks"] = _Pass
+    return {"input_ids": [], "labels": []}"""
+
 # One student per exploit: (cells appended or inserted, an edit of the saved jobs or of their folder)
 EXPLOITS: dict[str, tuple[list[tuple[str, str]], Callable[[Path], None] | None]] = {
     # zero answers; the old checker redefined in an answer cell, the new one in a cell slipped in
@@ -176,6 +200,11 @@ get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")], None),
                                       "squad_epoch_hours = epoch_hours_reference")], None),
     # the answers are read from the table of the edited log: nbgrader's kernel agrees with them
     "frank": ([], _edit_log),
+    # frames reached through sys, the namespace's checkers swapped from inside the tested function
+    "sly": ([*ZERO, (FIRST, SLY)], None),
+    # not an exploit: the solution, debugged with sys, os, inspect, traceback, %time and ? (tests below)
+    "dora": ([(FIRST, DEBUGGING), ("nb01-predict", "%time total = sum(bytes_per_param.values())"),
+              ("nb01-11-table", "measured?\nimport sys\nprint(sys.path, file=sys.stderr)")], None),
     # alice's own run, handed in by grace as well: her notebook, alice's jobs
     "alice": ([], None),
     "grace": ([], None),
@@ -249,6 +278,25 @@ def test_the_answer_key_read_from_the_instructors_cells_wins_nothing(exploits: t
     assert columns["score"] == full(course)
     assert_no_points_or_flagged(columns["score"], columns, "reads `encode_for_training`", "reads `state_reference`",
                                 "reads `epoch_hours_reference`", "withheld: it ran after")
+
+
+def test_debugging_modules_used_to_reach_the_namespace_win_nothing(exploits: tuple[Course, dict]) -> None:
+    """sys imported, as a debugging student does, but used to swap the tests' checkers through a frame: the
+    checks pass in nbgrader's kernel and record nothing; the scan names the frame, the review withholds all."""
+    columns = exploits[1]["sly"]
+    assert columns["score"] > 0
+    assert_no_points_or_flagged(columns["score"], columns, r"uses `sys\._getframe`", "reaches a frame")
+
+
+def test_a_student_who_debugs_and_patches_nothing_keeps_every_point(exploits: tuple[Course, dict]) -> None:
+    """Issue 26: an `import sys` (or os, inspect, traceback) to debug, with nothing patched, used to withhold
+    every later point; reads, %time and `?` are not findings, and the verified score is the full score."""
+    course, rows = exploits
+    columns = rows["dora"]
+    assert columns["score"] == columns["verified_score"] == full(course), columns
+    assert "withheld" not in columns["flag_reasons"]
+    # her only flag: the saved jobs she shares with alice and the other students built from the same run
+    assert all("one run handed in twice" in reason for reason in columns["flag_reasons"].split("; ")), columns
 
 
 def test_edited_saved_log_wins_nothing(exploits: tuple[Course, dict]) -> None:

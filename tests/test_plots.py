@@ -37,6 +37,9 @@ def test_scaling_plot_has_the_ideal_line(tmp_path: Path) -> None:
     fig = plots.scaling_plot(runs, tmp_path / "scaling.png")
     ideal = fig.axes[0].get_lines()[0]
     assert list(ideal.get_ydata()) == [10.0, 20.0, 40.0] and _png(tmp_path / "scaling.png")
+    assert [t.get_text() for t in fig.axes[0].texts] == ["100%", "90%", "75%"]
+    # notebook 04 asks the student for the efficiencies: its plot leaves them out (the feedback shows them)
+    assert len(plots.scaling_plot(runs, efficiency_labels=False).axes[0].texts) == 0
 
 
 def test_bandwidth_plot_is_log_x(tmp_path: Path) -> None:

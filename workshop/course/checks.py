@@ -27,6 +27,10 @@ Rules for test cells (so that the re-run can recompute them):
     checks.choice(gate_passed, busbw >= threshold, "does the gate pass?")
     checks.choice(fastest, "shard_grad_op", "fastest strategy", options=["ddp", "full_shard", "shard_grad_op"])
     checks.holds(baseline, lambda b: 0 <= b["em"] <= b["f1"] <= 100, "EM <= F1 <= 100")
+
+A reference that would answer a graded cell (the instructor's sweep, the rule's values beside the
+student's) is shown with `reveal`, after the test cells: only while nbgrader grades, so the student
+reads it in the feedback, once the answer is graded (docs/grading.md).
 """
 
 from __future__ import annotations
@@ -190,6 +194,16 @@ def choice(answer: Any, expected: Any, what: str, options: Sequence[Any] | None 
     if type(got) is not type(want) or _normal(got) != _normal(want):
         _fail(f"{what}: {got!r} is not right", hint)
     print(f"ok: {what}")
+
+
+def reveal(reference: Any, what: str) -> Any:
+    """`reference` while nbgrader grades (it lands in the student's feedback); in the live notebook a line
+    saying where to find it. A locked cell after the test cells shows a reference this way when it would
+    answer a graded cell: the student sees it once the answer is graded, never before."""
+    if os.environ.get("NBGRADER_EXECUTION"):
+        return reference
+    print(f"{what}: shown in your feedback, once your answers are graded")
+    return None
 
 
 def _verdict(ok: Any) -> Any:

@@ -45,7 +45,7 @@ from typing import Any, Iterator
 
 from workshop.course import checks
 from workshop.slurm.shared import instructor_original, instructor_roots_of
-from workshop.course.scan import Cell, answer_key, bound_names, protected_names, scan_findings
+from workshop.course.scan import Cell, answer_key, bound_names, protected_names, read_names, scan_findings
 from workshop.results.verify import KEY_ENV, digest, read_log, read_metrics, saved_digest
 
 
@@ -229,11 +229,28 @@ def sealed_jobs(key: str | None) -> Iterator[None]:
         lab.find_saved = original
 
 
+def tests_need(cells: list[SourceCell]) -> set[int]:
+    """The indices of the code cells the test cells depend on: the tests, and every locked cell that binds a
+    name they (or a cell they need) read. The lesson's plots, explorers and displays are left out: the
+    test cells sit in a final Checks section, after the whole lesson, and need none of them."""
+    needed: set[str] = set()
+    keep: set[int] = set()
+    for i in reversed(range(len(cells))):
+        cell = cells[i]
+        if cell.cell_type != "code" or cell.solution:
+            continue
+        if cell.points is not None or bound_names(cell.source) & needed:
+            keep.add(i)
+            needed |= read_names(cell.source)
+    return keep
+
+
 def rerun(cells: list[SourceCell], params: dict[str, Any], records: dict[str, list[Any]], jobs_dir: Path,
           key: str | None) -> dict[str, str | None]:
     """Each test cell's verdict (None: passed, else why not), from the locked cells run afresh."""
     results: dict[str, str | None] = {}
     first_failure: str | None = None
+    needed = tests_need(cells)
     here = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="workshop-rerun-") as work, sealed_jobs(key):
         if jobs_dir.is_dir():
@@ -243,11 +260,13 @@ def rerun(cells: list[SourceCell], params: dict[str, Any], records: dict[str, li
                                      **params}
         last_test = max((i for i, c in enumerate(cells) if c.points is not None), default=-1)
         try:
-            for cell in cells[:last_test + 1]:   # what comes after the last test (plots) decides nothing
+            for i, cell in enumerate(cells[:last_test + 1]):   # what comes after the last test decides nothing
                 if cell.cell_type != "code":
                     continue
                 if cell.solution:
                     namespace.update({n: Placeholder(n) for n in bound_names(cell.source)})
+                    continue
+                if i not in needed:   # a display, a plot, an explorer: no test reads what it binds
                     continue
                 is_test = cell.points is not None
                 replay = checks._replay = Replay(records.get(cell.name, [])) if is_test else None

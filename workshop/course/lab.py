@@ -265,7 +265,7 @@ class Lab:
         if kind == "loss":
             return plots.loss_curves(sources, path)
         if kind == "scaling":
-            return plots.scaling_plot(sources, path)
+            return plots.scaling_plot(sources, path, efficiency_labels=kw.get("efficiency_labels", True))
         if kind == "bandwidth":
             return plots.bandwidth_plot(sources, path)
         if kind == "memory":

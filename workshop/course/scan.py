@@ -16,9 +16,19 @@ tables and the student's own functions, so in a cell the student wrote
 - an import of the interpreter's machinery (`sys`, `importlib`, `unittest.mock`, `ctypes`, `gc`, ...),
 - any attribute assignment outside the student's own class, or an item assigned into a module,
 - a read of the answer key: a name the instructor's cells bind for the tests only (`*reference*`,
-  names a test cell binds, names only test cells read)
+  names a test cell binds, names only test cells read),
+- a reference-only function (`REFERENCE_NAMES`, `REFERENCE_MODULES`): the course code a test cell computes
+  its reference with, such as the memory model's `estimate` or `workshop.training.fsdp_rules`,
+- a lesson tool that answers any case it is asked (`lab.predict`, `explore`) called inside a function of
+  the student's, under its own name or another they bound it to (`ask = lab.predict`, a partial, an import
+  as): a graded function is checked on cases no cell printed, and wrapping the tool is not a rule
 
 is a finding. `workshop.course.integrity` withholds the points of every test that runs after a flagged cell.
+
+Debugging is not tampering: `sys`, `os`, `inspect` and `traceback` (`DEBUG_USES`) may be imported and used
+to read (a version, the working folder, a function's source, a traceback), and IPython's `%time`, `%timeit`,
+`%who`, `%pwd` and `?`/`??` may be used. Only a use outside those lists is a finding, so a student who
+debugs and patches nothing keeps every point (docs/grading.md).
 """
 
 from __future__ import annotations
@@ -66,6 +76,68 @@ SUSPECT_MODULES = {
     "marshal": "imports marshal", "code": "imports code (runs generated code)", "codeop": "compiles generated code",
     "operator": "imports operator (attrgetter, setitem on modules)"
 }
+# Interpreter frames: from one of them every namespace (the notebook's, a module's) is writable.
+SUSPECT_ATTRIBUTES.update({attr: "reaches a frame (f_globals, f_locals: every namespace of the kernel)" for attr in (
+    "f_globals", "f_locals", "f_back", "f_builtins", "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame")})
+
+# What debugging needs of the interpreter's modules: reads that hand back plain data (a version, a folder
+# listing, a function's source, a formatted traceback). A use outside this list (sys.modules, sys._getframe,
+# os.system, inspect.currentframe, ...) is a finding; an import whose every use is listed is not.
+DEBUG_USES: dict[str, frozenset[str]] = {
+    "sys": frozenset({"version", "version_info", "platform", "executable", "getsizeof", "getrecursionlimit",
+                      "maxsize", "byteorder", "implementation", "float_info", "argv", "getdefaultencoding",
+                      "stdout.write", "stdout.flush", "stderr.write", "stderr.flush"}),
+    "os": frozenset({"getcwd", "listdir", "getpid", "cpu_count", "sep", "linesep", "name", "path.join",
+                     "path.exists", "path.isfile", "path.isdir", "path.basename", "path.dirname", "path.abspath",
+                     "path.getsize", "path.splitext", "path.relpath"}),
+    "os.path": frozenset({"join", "exists", "isfile", "isdir", "basename", "dirname", "abspath", "getsize",
+                          "splitext", "relpath"}),
+    "inspect": frozenset({"getsource", "getsourcelines", "getsourcefile", "getfile", "signature", "getdoc",
+                          "getcomments", "isfunction", "ismethod", "isclass", "ismodule", "isbuiltin", "isroutine",
+                          "getfullargspec", "cleandoc"}),
+    "traceback": frozenset({"print_exc", "format_exc", "print_exception", "format_exception",
+                            "format_exception_only", "print_stack", "format_stack", "print_tb", "format_tb",
+                            "print_last"}),
+}
+# values whose own attributes are plain data too (sys.version_info.major)
+DEBUG_VALUES = frozenset({"sys.version_info", "sys.float_info", "sys.implementation"})
+# IPython magics for timing and looking: the code %time / %timeit run is scanned like the cell's own
+SAFE_MAGICS = frozenset({"time", "timeit", "who", "whos", "who_ls", "pwd", "pinfo", "pinfo2", "pdef", "pdoc",
+                         "psource"})
+CODE_MAGICS = frozenset({"time", "timeit"})
+
+# Reference-only: the course code a test cell computes its reference with. A student's cell that names
+# one is flagged; docs/grading.md lists them with the cells they grade.
+REFERENCE_NAMES: dict[str, str] = {
+    "encode_for_training": "the training script's encoding (notebook 01's mask reference)",
+    "estimate": "the memory model (workshop.results.memory)",
+    "estimate_config": "the memory model (workshop.results.memory)",
+    "root_params": "the memory model's count of the root unit",
+    "fsdp_rules": "the rules the predictions are graded against (workshop.training.fsdp_rules)",
+    "traffic": "the network traffic rule (workshop.results.traffic)",
+    "diagnose": "workshop diagnose (the failure category notebook 05 grades)",
+    "challenge": "notebook 03's budget challenge and the instructor's sweep (workshop.course.challenge)",
+    "STATIC_RUNS": "the course's own settings of every run (workshop.course.budget)",
+    "bus_factor": "the bus-bandwidth rule (workshop.results.bandwidth)",
+    "busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "large_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "avg_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "max_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "inplace_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    "gate_line_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+}
+REFERENCE_MODULES: dict[str, str] = {
+    "workshop.training.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
+    "workshop.results.traffic": REFERENCE_NAMES["traffic"],
+    "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
+    "workshop.course.challenge": REFERENCE_NAMES["challenge"],
+    "workshop.course.budget": REFERENCE_NAMES["STATIC_RUNS"],
+}
+# Lesson tools that give the memory model's answer for any case asked: fine in a cell, not inside a
+# function the tests call on cases of their own
+TOOLS: dict[str, str] = {"predict": "lab.predict", "explore": "explore", "memory_explorer": "memory_explorer",
+                         "show_explorer": "show_explorer"}
+
 # Dunders an answer may use: a function's name and docstring, a package's version
 HARMLESS_DUNDERS = {"__name__", "__doc__", "__version__", "__qualname__"}
 # Dunder methods a student's own small class may define: construction and printing decide no comparison
@@ -149,6 +221,11 @@ def bound_names(source: str) -> set[str]:
     return _bound(source)
 
 
+def read_names(source: str) -> set[str]:
+    """Every name a cell reads from the notebook's namespace (at module level or from a function or lambda)."""
+    return _read(source)
+
+
 def protected_names(locked_sources: Iterable[str]) -> set[str]:
     """Names the locked cells bind and later read (lab, checks, reference, runs, ...): a student's
     cell that rebinds one changes what the tests run."""
@@ -226,32 +303,162 @@ def _literal_name(node: ast.Call) -> str | None:
     return None
 
 
-def findings(source: str, protected: set[str], modules: set[str], key: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
-    """(line, what) for every suspect construct in one cell's source (a cell the student could edit)."""
+def _parents(tree: ast.AST) -> dict[int, ast.AST]:
+    return {id(child): node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+
+
+def debug_aliases(sources: Iterable[str]) -> dict[str, str]:
+    """{name: module} for every import of a debugging module (`DEBUG_USES`) in these cells: `import sys`,
+    `import os.path as osp`. The canonical names count too, in case a cell uses one imported elsewhere."""
+    out = {name: name for name in DEBUG_USES if "." not in name}
+    for source in sources:
+        tree = parse(source)
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] in DEBUG_USES:
+                        out[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    return out
+
+
+def tool_aliases(sources: Iterable[str]) -> dict[str, str]:
+    """{name: tool} for every name these cells bind to a lesson tool itself rather than to an answer it
+    gave: `ask = lab.predict`, `ask = functools.partial(lab.predict, ...)`, `again = ask`,
+    `from workshop.course.explorer import explore as ex`. Calling such a name inside a function is calling
+    the tool (`peak = lab.predict(...)["peak"]` binds an answer, not the tool)."""
+    out: dict[str, str] = {}
+    trees = [t for t in (parse(s) for s in sources) if t is not None]
+
+    def tool_in(value: ast.AST) -> str | None:
+        calls = {id(n.func) for n in ast.walk(value) if isinstance(n, ast.Call)}
+        for node in ast.walk(value):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if id(node) not in calls and isinstance(getattr(node, "ctx", None), ast.Load):
+                if name in TOOLS:
+                    return TOOLS[name]
+                if isinstance(node, ast.Name) and name in out:
+                    return out[name]
+        return None
+
+    while True:   # until no new alias appears (an alias of an alias)
+        before = dict(out)
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    out.update({a.asname: TOOLS[a.name] for a in node.names if a.asname and a.name in TOOLS})
+                elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    tool = tool_in(node.value)
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets if tool else ():
+                        out.update({n.id: tool for n in ast.walk(target) if isinstance(n, ast.Name)})
+        if out == before:
+            return out
+
+
+def _debug_use(node: ast.Name, module: str, parents: dict[int, ast.AST]) -> tuple[str, bool]:
+    """The dotted use of a debugging module that starts at `node` (`sys.version_info.major`), and whether it
+    only reads: a listed use (DEBUG_USES), an attribute of a listed value, or a chain printed as it is."""
+    attrs, top = [], node
+    while isinstance(parents.get(id(top)), ast.Attribute) and parents[id(top)].value is top:   # type: ignore[attr-defined]
+        top = parents[id(top)]
+        attrs.append(top.attr)   # type: ignore[attr-defined]
+    chain = ".".join([module, *attrs])
+    if isinstance(getattr(top, "ctx", None), (ast.Store, ast.Del)):
+        return chain, False
+    parent = parents.get(id(top))
+    printed = (isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) and parent.func.id == "print"
+               and top in parent.args) or (isinstance(parent, ast.keyword) and parent.arg == "file"
+                                           and isinstance(parents.get(id(parent)), ast.Call)
+                                           and getattr(parents[id(parent)].func, "id", None) == "print")
+    root = module.split(".")[0]
+    uses = {f"{module}.{u}" for u in DEBUG_USES.get(module, ())} | {f"{root}.{u}" for u in DEBUG_USES[root]}
+    listed = any(chain == u or (u in DEBUG_VALUES and chain.startswith(u + ".")) for u in uses)
+    return chain, bool(attrs) and listed or printed
+
+
+def _magic_calls(tree: ast.AST) -> tuple[set[int], list[tuple[int, str]]]:
+    """IPython's safe magics as the transformed source calls them (`get_ipython().run_line_magic('time', ...)`):
+    the ids of their `get_ipython` names (not a finding), and the code %time / %timeit run (scanned)."""
+    skip, code = set(), []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("run_line_magic", "run_cell_magic")
+                and isinstance(node.func.value, ast.Call) and isinstance(node.func.value.func, ast.Name)
+                and node.func.value.func.id == "get_ipython" and not node.func.value.args
+                and node.args and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args)):
+            continue
+        magic = node.args[0].value   # type: ignore[attr-defined]
+        if magic not in SAFE_MAGICS:
+            continue
+        skip.add(id(node.func.value.func))
+        if magic in CODE_MAGICS:
+            code.append((node.lineno, node.args[-1].value))   # type: ignore[attr-defined]
+    return skip, code
+
+
+def findings(source: str, protected: set[str], modules: set[str], key: set[str] | frozenset[str] = frozenset(),
+             debug: dict[str, str] | None = None, theirs: set[str] | frozenset[str] = frozenset(),
+             tools: dict[str, str] | None = None) -> list[tuple[int, str]]:
+    """(line, what) for every suspect construct in one cell's source (a cell the student could edit).
+
+    `debug`: the debugging modules' names in the notebook (`debug_aliases`); by default this cell's own imports.
+    `theirs`: names the student's cells bind by assignment (a `traffic = ...` of theirs is not the module).
+    `tools`: names bound to a lesson tool in the notebook (`tool_aliases`); by default this cell's own."""
     tree = parse(source)
     if tree is None:
         return []
     out: list[tuple[int, str]] = []
     own = _bound(source)
+    read = _read(source)
+    debug = debug_aliases([source]) if debug is None else {**debug, **debug_aliases([source])}
+    tools = tool_aliases([source]) if tools is None else {**tools, **tool_aliases([source])}
     rebound = protected & own   # a comprehension's `name` or a function's local is not the test's
-    for name in sorted((key - own) & _read(source)):
+    for name in sorted((key - own) & read):
         out.append((0, f"reads `{name}`, which the instructor's cells bind for the tests (the answer key)"))
+    debug = {alias: module for alias, module in debug.items() if alias not in theirs}
+    for name in sorted((set(REFERENCE_NAMES) - own - set(theirs)) & read):
+        out.append((0, f"uses `{name}`, {REFERENCE_NAMES[name]}: reference-only, the tests compute their answers "
+                       "with it (docs/grading.md)"))
+    parents = _parents(tree)
+    skip_names, magic_code = _magic_calls(tree)
+    for line, code in magic_code:   # what %time and %timeit run is the student's code too
+        out += [(line, what) for _, what in findings(code, protected, modules, key, debug, theirs, tools)]
     # the student's own modules (import x as y) and classes: where an attribute assignment lands
     imported = set(modules)
     classes: list[ast.ClassDef] = []
+    functions: list[ast.AST] = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
         elif isinstance(node, ast.ClassDef):
             classes.append(node)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            functions.append(node)
     in_class = {id(n) for c in classes for n in ast.walk(c)}
     plain_getattr = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
                      and n.func.id == "getattr" and _literal_name(n) is not None}   # getattr(x, "name")
+    # debugging modules: every use must only read (DEBUG_USES); the import is a finding only when one does not
+    debug_imports: dict[str, int] = {}
+    debug_reads: set[int] = set()   # attribute nodes inside a listed debugging read
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in debug \
+                and node.id not in own - _imported(source):
+            chain, reads = _debug_use(node, debug[node.id], parents)
+            if reads:
+                top = node
+                while isinstance(parents.get(id(top)), ast.Attribute):
+                    top = parents[id(top)]
+                    debug_reads.add(id(top))
+            else:
+                out.append((node.lineno, f"uses `{chain}`, more than debugging needs (reads of a version, a folder, "
+                                         "a source or a traceback: docs/grading.md)"))
+                debug_imports.setdefault(debug[node.id].split(".")[0], node.lineno)
     for node in ast.walk(tree):
         line = getattr(node, "lineno", 0)
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in rebound:
             out.append((line, f"rebinds `{node.id}`, which the test cells use"))
-        elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES and id(node) not in plain_getattr:
+        elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES and id(node) not in plain_getattr \
+                and id(node) not in skip_names:
             out.append((line, SUSPECT_NAMES[node.id]))
         elif isinstance(node, ast.Name) and _dunder(node.id):
             out.append((line, f"uses `{node.id}` (interpreter internals)"))
@@ -259,10 +466,14 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
             name = _literal_name(node) or ""
             if _dunder(name) or name in SUSPECT_ATTRIBUTES:
                 out.append((line, f"reads `{name}` by getattr (interpreter internals)"))
+            elif name in REFERENCE_NAMES:
+                out.append((line, f"uses `{name}` by getattr, {REFERENCE_NAMES[name]}: reference-only"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and ANSWER_RECORD in node.value:
             out.append((line, "names the answer records' MIME type (forges an answer record)"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _dunder(node.value):
             out.append((line, f"names `{node.value}` in a string (interpreter internals by name)"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("busbw_GBps"):
+            out.append((line, f"reads the column `{node.value}`, the bus bandwidth the helper computed: reference-only"))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in rebound:
             out.append((line, f"redefines `{node.name}`, which the test cells use"))
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _dunder(node.name) \
@@ -273,21 +484,42 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             for name in names:
-                if name.split(".")[0] in SUSPECT_MODULES:
-                    out.append((line, SUSPECT_MODULES[name.split(".")[0]]))
+                root = name.split(".")[0]
+                if root in DEBUG_USES and isinstance(node, ast.Import):
+                    continue   # judged by its uses, below
+                if root in DEBUG_USES:   # from os import getcwd: each name must be a listed read
+                    bad = [a.name for a in node.names if a.name not in DEBUG_USES.get(name, ())]
+                    if bad:
+                        out.append((line, SUSPECT_MODULES.get(root, f"imports {root}") + f": {', '.join(bad)}"))
+                elif root in SUSPECT_MODULES:
+                    out.append((line, SUSPECT_MODULES[root]))
+                if any(name == m or name.startswith(m + ".") for m in REFERENCE_MODULES):
+                    module = next(m for m in REFERENCE_MODULES if name == m or name.startswith(m + "."))
+                    out.append((line, f"imports {module}, {REFERENCE_MODULES[module]}: reference-only"))
+            if isinstance(node, ast.ImportFrom) and node.module:
+                for a in node.names:
+                    if f"{node.module}.{a.name}" in REFERENCE_MODULES:
+                        out.append((line, f"imports {node.module}.{a.name}: reference-only"))
             for a in node.names:
                 if (a.asname or a.name).split(".")[0] in rebound:
                     out.append((line, f"rebinds `{(a.asname or a.name).split('.')[0]}` by an import, which the test "
                                       "cells use"))
                 if a.name in SUSPECT_NAMES:
                     out.append((line, SUSPECT_NAMES[a.name]))
+                if a.name in REFERENCE_NAMES:
+                    out.append((line, f"imports `{a.name}`, {REFERENCE_NAMES[a.name]}: reference-only"))
                 if _dunder(a.name):
                     out.append((line, f"imports `{a.name}` (interpreter internals)"))
         elif isinstance(node, ast.Attribute):
-            if node.attr in SUSPECT_ATTRIBUTES:
+            if id(node) in debug_reads:
+                pass
+            elif node.attr in SUSPECT_ATTRIBUTES:
                 out.append((line, SUSPECT_ATTRIBUTES[node.attr]))
             elif _dunder(node.attr):
                 out.append((line, f"uses `.{node.attr}` (interpreter internals)"))
+            elif node.attr in REFERENCE_NAMES:
+                out.append((line, f"uses `.{node.attr}`, {REFERENCE_NAMES[node.attr]}: reference-only, the tests "
+                                  "compute their answers with it (docs/grading.md)"))
             if isinstance(node.ctx, (ast.Store, ast.Del)):
                 root = _root(node)
                 if root in imported or root in protected or root in MODULE_ROOTS:
@@ -299,6 +531,18 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
             root = _root(node)
             if root in imported or root in MODULE_ROOTS:
                 out.append((line, f"assigns `{_dotted(node)}` (patches a module)"))
+    for module, line in debug_imports.items():   # the import of a module used beyond debugging
+        out.append((line, SUSPECT_MODULES.get(module, f"imports {module} (beyond reading: docs/grading.md)")))
+    # a function of the student's that asks a lesson tool answers the tool's cases, not the rule's
+    for function in functions:
+        for node in ast.walk(function):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            tool = TOOLS.get(name) or (tools.get(name) if isinstance(node, ast.Name) else None)
+            if tool and isinstance(getattr(node, "ctx", None), ast.Load):
+                alias = f" (as `{name}`)" if name not in TOOLS else ""
+                out.append((getattr(node, "lineno", 0), f"a function of yours calls `{tool}`{alias}: the tests call "
+                                                        "your function on cases of their own, so it must hold the "
+                                                        "rule itself"))
     return out
 
 
@@ -316,6 +560,11 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozen
             for node in ast.walk(tree):
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     modules.update((a.asname or a.name).split(".")[0] for a in node.names)
+    debug = debug_aliases(cell.locked_source or cell.source for cell in cells)
+    tools = tool_aliases(cell.source for cell in cells if cell.locked_source is None)
+    # names the student binds by assignment and nothing imports (`sys = sys` does not make `sys` theirs)
+    theirs = set().union(*(_bound(c.source) - _imported(c.source) for c in cells if c.locked_source is None))
+    theirs -= set().union(*(_imported(c.locked_source or c.source) for c in cells))
     reasons: list[tuple[int, str]] = []
     for i, cell in enumerate(cells):
         if cell.locked_source is not None:
@@ -323,7 +572,7 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozen
                 reasons.append((i, f"{cell.label}: a locked cell was edited (nbgrader ran the original)"))
             continue
         seen: set[str] = set()
-        for line, what in sorted(findings(cell.source, protected, modules, key)):
+        for line, what in sorted(findings(cell.source, protected, modules, key, debug, theirs, tools)):
             if what not in seen:
                 seen.add(what)
                 reasons.append((i, f"{cell.label} line {line}: {what}" if line else f"{cell.label}: {what}"))

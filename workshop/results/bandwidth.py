@@ -47,8 +47,15 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2)]
 
 
-def bus_factor(world: int) -> float:
-    return 2 * (world - 1) / world
+def bus_factor(world: int, collective: str = "all_reduce") -> float:
+    """busbw / algbw, nccl-tests' convention: the bytes each rank of a ring sends per byte of the message
+    (for an all-gather or a reduce-scatter, the message is the whole, gathered tensor)."""
+    share = (world - 1) / world
+    if collective == "all_reduce":
+        return 2 * share
+    if collective in ("all_gather", "reduce_scatter"):
+        return share
+    raise ValueError(f"unknown collective {collective!r}: use all_reduce, all_gather or reduce_scatter")
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int) -> list[int]:

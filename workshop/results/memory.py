@@ -8,8 +8,9 @@ Categories (each one's own peak over a training step, as workshop.training.tenso
 `peak`, the most tensor memory alive at one moment:
 - params: the stored fp32 parameters (sharded over N under FSDP) plus, under FSDP, the units
   gathered at once in the compute dtype (full_shard: the embedding unit, kept from the end of
-  forward to the end of backward because the tied lm_head uses it, plus one block; shard_grad_op:
-  every unit, none is resharded after forward).
+  forward to the end of backward because the tied lm_head uses it, plus the blocks in flight: two on
+  a GPU, where the next block's all-gather (prefetch) runs while this one computes, one on a CPU
+  rank, where nothing overlaps; shard_grad_op: every unit, none is resharded after forward).
 - grads: the fp32 gradients each rank stores (sharded over N under FSDP). Without FSDP and with
   gradient accumulation, a later micro-batch's gradient of the largest parameter (the tied embedding)
   is counted as a gradient before it is added to the stored one.
@@ -205,12 +206,21 @@ def logits_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "fp
     return COMPUTE_BYTES[precision] * batch_size * seq_len * arch.vocab
 
 
+def blocks_in_flight(device: str) -> int:
+    """Blocks FSDP2 holds gathered at once under full_shard: on a GPU the next block's all-gather runs on
+    its own stream while this block computes (implicit prefetch in forward, explicit in backward), so
+    two; on a CPU rank every collective runs in line, so one."""
+    return 1 if device == "cpu" else 2
+
+
 def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1,
              precision: str = "bf16", batch_size: int = 8, max_length: int = 512, offload: bool = False,
-             activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1) -> Breakdown:
+             activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1,
+             device: str = "cuda") -> Breakdown:
     """Predicted bytes per GPU (or CPU rank) by category for one config (see the module docstring).
 
-    `max_length` is the sequence length the step trains on (with dynamic padding: its longest example)."""
+    `max_length` is the sequence length the step trains on (with dynamic padding: its longest example);
+    `device` "cpu" for a CPU rank (one block in flight), anything else a GPU."""
     arch = get_arch(model)
     if sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {sharding!r}; use one of {', '.join(SHARDINGS)}")
@@ -256,7 +266,7 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
         bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, act_fwd + recomputed)
         return bd
     # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
-    gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + block)
+    gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + blocks_in_flight(device) * block)
     gathered_at_peak = c * P if sharding == "shard_grad_op" else c * Vh
     grad_dtype = 4 if precision == "fp32" else 2  # accelerate reduces in the compute dtype
     # no sync on non-final micro-batches: every unit keeps its unsharded gradient until the last one
@@ -287,9 +297,10 @@ def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = 
     batch, seq = batch_shape or (int(get("batch_size", 1)), int(get("max_length", 256)))
     global_batch = int(get("global_batch", 0) or 0)
     grad_acc = max(1, global_batch // (int(get("batch_size", 1)) * int(world))) if global_batch else int(get("grad_acc", 1) or 1)
+    device = "cpu" if get("device", "auto") == "cpu" else "cuda"   # "auto" on a course site: its GPUs
     return estimate(get("model", "tiny"), sharding, int(world), get("precision", "fp32"), int(batch), int(seq),
                     bool(get("offload", False)), bool(get("activation_checkpointing", False)), int(replicas or 1),
-                    grad_acc)
+                    grad_acc, device)
 
 
 COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
@@ -298,12 +309,14 @@ COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
 def compare(summary: dict[str, Any], config: dict[str, Any]) -> list[dict[str, Any]]:
     """Predicted vs measured MB per rank and category for one run (summary.json + run_args.json's config).
 
-    Each rank is predicted at the batch shape its measured step trained on."""
+    Each rank is predicted at the batch shape its measured step trained on, on the device it ran on
+    (the summary's `device`: a config's "auto" says nothing of it)."""
     rows = []
+    ran_on = {**config, "device": summary.get("device") or config.get("device", "auto")}
     for rank, measured in enumerate(summary.get("tensor_mem_mb_per_rank") or []):
         if not measured:
             continue
-        predicted = estimate_config(config, measured.get("batch_shape")).as_mb()
+        predicted = estimate_config(ran_on, measured.get("batch_shape")).as_mb()
         for category in COMPARED:
             if category not in measured and category in (*HOST, "unsharded_grads"):
                 continue

@@ -44,3 +44,29 @@ def expected_steps(train_size: int, epochs: float, batch_size: int, grad_acc: in
     a last, partial group) make a step, and a fractional epoch count is rounded up in steps."""
     per_epoch = math.ceil(math.ceil(train_size / (batch_size * world_size)) / grad_acc)
     return math.ceil(epochs * per_epoch)
+
+
+def held_fraction(sharding: str, world_size: int, replicas: int = 1) -> float:
+    """The fraction of the model's parameters one rank is responsible for between steps: its fp32 shard
+    (on its GPU, or in host memory under offload). DDP keeps a whole replica; an FSDP strategy 1/N of
+    every parameter over its shard group: all N ranks, or N / replicas under hybrid sharding."""
+    if sharding in ("none", "ddp"):
+        return 1.0
+    if world_size % replicas:
+        raise ValueError(f"{replicas} replicas do not divide {world_size} ranks")
+    return replicas / world_size if sharding.startswith("hybrid") else 1 / world_size
+
+
+def fewest_micro_batches(global_batch: int, micro_batch_max: int, world_size: int) -> dict[str, int]:
+    """The fastest settings that keep `global_batch` on `world_size` ranks: the largest micro-batch that
+    fits and divides the batch, and the accumulation that makes up the rest (every micro-batch pays its
+    own all-gathers)."""
+    per_rank = global_batch // world_size
+    batch = max(b for b in range(1, micro_batch_max + 1) if per_rank % b == 0)
+    return {"batch_size": batch, "grad_acc": per_rank // batch}
+
+
+def hsdp_mesh(nodes: int, gpus_per_node: int) -> list[int]:
+    """HYBRID_SHARD's mesh `[replicas, shard]` for whole nodes: shard inside a node (the fast links),
+    replicate across nodes, so that only the gradient all-reduce crosses the network."""
+    return [nodes, gpus_per_node]

@@ -10,6 +10,8 @@ Every FSDP strategy runs on FSDP2 (`fully_shard`):
 
 from __future__ import annotations
 
+import math
+
 import re
 from typing import Any
 
@@ -167,6 +169,19 @@ def local_parameter_count(model: torch.nn.Module) -> int:
     return total
 
 
+def stored_shape(param: torch.nn.Parameter) -> list[int]:
+    """The shape of the storage behind this rank's part of a parameter. FSDP2 keeps each rank's `Shard(0)`
+    chunk padded to ceil(rows / N) rows, with the parameter a narrowed view of it: on the last ranks the
+    view (`to_local()`) can be shorter than what is stored, so that every rank sends equal bytes in the
+    all-gather. Without FSDP the storage is the parameter."""
+    local = param.to_local() if hasattr(param, "to_local") else param
+    shape = list(local.shape)
+    row = math.prod(shape[1:]) * local.element_size()
+    if not shape or not row:
+        return shape
+    return [local.untyped_storage().nbytes() // row, *shape[1:]]
+
+
 def describe_applied(model: torch.nn.Module, wrapped: torch.nn.Module | None = None) -> dict[str, Any]:
     """What the wrapped model really is: strategy, wrapper class, resharding, offload, mesh, local params.
 
@@ -185,7 +200,8 @@ def describe_applied(model: torch.nn.Module, wrapped: torch.nn.Module | None = N
                             "activation_checkpointing_applied": checkpointing_applied(model),
                             "param_shapes": {n: list(p.shape) for n, p in probed.items()},
                             "local_shapes": {n: list(p.to_local().shape) if hasattr(p, "to_local") else list(p.shape)
-                                             for n, p in probed.items()}}
+                                             for n, p in probed.items()},
+                            "stored_shapes": {n: stored_shape(p) for n, p in probed.items()}}
     if isinstance(model, FSDPModule):
         units = [(name, m) for name, m in model.named_modules() if isinstance(m, FSDPModule)]
         info["fsdp_unit_names"] = [name for name, _ in units]

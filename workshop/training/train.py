@@ -385,6 +385,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
                                  synced=synced)
     params_local = _all_gather(applied.get("params_local"))
     local_shapes = _all_gather(applied.get("local_shapes"))
+    stored_shapes = _all_gather(applied.get("stored_shapes"))
     batch_figures = batch_probe.gathered()
     if is_main:
         # one writer: lines from several ranks into one pipe can splice into rank 0's long lines
@@ -433,7 +434,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "train_runtime_s": round(train_runtime, 2),
         "comm": comm.summary(train_runtime),
     }
-    summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config), **batch_figures,
+    summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
                    launcher=launched_with(os.environ))
     if is_main:
         run_record.write_json(out / "summary.json", summary)
@@ -452,9 +453,10 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
 
 
 def applied_fsdp_fields(cfg: RunConfig, applied: dict[str, Any], local_shapes: list[dict[str, list[int]]],
-                        model_config: Any) -> dict[str, Any]:
+                        model_config: Any, stored_shapes: list[dict[str, list[int]]] | None = None) -> dict[str, Any]:
     """summary.json's read-back of the FSDP wrapping the job applied, beside what was asked for: the
-    checks of notebook 02 read these (units, block class, policy, per-rank shard shapes)."""
+    checks of notebook 02 read these (units, block class, policy, per-rank shard shapes, and the padded
+    storage behind each rank's shard)."""
     from workshop.training import sharding, wrap_function
 
     native = sharding.native_fsdp_arguments(cfg)
@@ -469,6 +471,8 @@ def applied_fsdp_fields(cfg: RunConfig, applied: dict[str, Any], local_shapes: l
         "param_shapes": applied.get("param_shapes"),
         "local_shapes_per_rank": {name: [rank.get(name) for rank in local_shapes]
                                   for name in (applied.get("param_shapes") or {})},
+        "stored_shapes_per_rank": {name: [(rank or {}).get(name) for rank in stored_shapes or []]
+                                   for name in (applied.get("param_shapes") or {})},
     }
 
 
