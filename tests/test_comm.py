@@ -290,6 +290,7 @@ def test_tables_show_not_measured_never_zeros(probe: Path) -> None:
     assert table.loc[("blocked", "total"), "status"].startswith("not measured: the step's trace could not be read")
     assert table.loc[("old", "all_gather"), "status"].startswith("not measured: the run recorded no collectives")
     assert table.loc[("blocked", "all_gather"), "model"] > 0  # the model still predicts it
+    assert table.loc[("blocked", "total"), "predicted"] == 1.0  # a prediction by kind sums to its total
     assert any("blocked: not measured" in n for n in table.attrs["notes"])
     net = network_table([missing])
     assert net["network_bytes"].isna().all() and (net["kinds_across"] == "not measured").all()

@@ -78,12 +78,15 @@ def _read(runs: Sequence[Any], names: Sequence[str] | None,
 
 
 def _own(predicted: Mapping[str, Any] | None, name: str, kind: str) -> float:
-    """A prediction of one's own for a run and kind: {run: {kind: value}} or {run: total}."""
+    """A prediction of one's own for a run and kind: {run: {kind: value}} (its total: the sum of the kinds,
+    unless it gives one) or {run: total}."""
     if predicted is None or name not in predicted or predicted[name] is None:
         return NaN
     value = predicted[name]
     if isinstance(value, Mapping):
         v = value.get(kind)
+        if kind == "total" and v is None and value:
+            return float(sum(float(x) for x in value.values() if x is not None))
         return NaN if v is None else float(v)
     return float(value) if kind == "total" else NaN
 

@@ -56,7 +56,7 @@ def comm_bars(table: pd.DataFrame, path: str | Path | None = None) -> Any:
     ax.set_title("Collectives per optimizer step: prediction vs measurement")
     handles = [Patch(color=KIND_COLOURS.get(k, "C5"), label=k) for k in sorted(labelled, key=_order)]
     handles += [Patch(facecolor="white", edgecolor="0.3", hatch=hatches[c], label=c) for c in columns]
-    ax.legend(handles=handles, fontsize=8)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))   # beside, not on, the bars
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
