@@ -12,7 +12,11 @@ c.CourseDirectory.db_url = "sqlite:///gradebook.db"   # kept out of git
 # A student's jobs/ (the logs grading reads), tables/ and plots/ must travel with the submission and
 # into autograded/, so they are NOT ignored here; `python -m workshop.course.release` keeps them out of the
 # release instead.
-c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".*"]
+# Model weights never travel with a submission: jobs keep their checkpoints in the site's scratch folder
+# (a profile's `[env] scratch`), and any left in a job folder (a profile without one) is neither collected
+# nor copied into autograded/: grading reads logs, never weights.
+c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", ".*", "checkpoint-*", "*.distcp",
+                            "*.safetensors"]
 # grading only reads saved logs, but the first cell imports torch and transformers
 c.Execute.timeout = 120
 # Autograde runs in the course environment that runs `workshop.course.grade`: its own python3 kernel, whatever

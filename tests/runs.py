@@ -75,6 +75,28 @@ def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, time
     return Run(out_dir, log, max(codes), tuple(logs))
 
 
+def accelerate(out_dir: Path, yaml_text: str, flags: list[str], nproc: int = 1, nnodes: int = 1,
+               timeout: float = 300) -> Run:
+    """The twin of `train(out_dir, flags, ...)` launched the way accelerate users do: `accelerate launch
+    --config_file` a YAML (its processes, precision and FSDP settings), one launcher per node, node 0
+    hosting the rendezvous. The flags name no world: the YAML's processes are the run's."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "accelerate.yaml").write_text(yaml_text)
+    port = free_port()
+    launchers = [[sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(out_dir / "accelerate.yaml"),
+                  "--num_processes", str(nproc * nnodes), "--num_machines", str(nnodes), "--machine_rank", str(i),
+                  "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+                  "-m", "workshop.training.train", *BASE_FLAGS, *flags, "--output-dir", str(out_dir)]
+                 for i in range(nnodes)]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**clean_env(), **({"SLURMD_NODENAME": f"node{i + 1}"} if nnodes > 1 else {})})
+             for i, cmd in enumerate(launchers)]
+    logs = [p.communicate(timeout=timeout)[0] for p in procs]
+    log = "\n".join(logs)
+    (out_dir / "job.log").write_text(log)
+    return Run(out_dir, log, max(p.returncode for p in procs), tuple(logs))
+
+
 class RunCache:
     """One run per distinct (flags, nproc, nnodes) for the whole test session."""
 

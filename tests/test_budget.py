@@ -3,6 +3,7 @@ the instructor-run mode hands students the instructor's costly jobs as if they w
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -10,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.budget import budget_rows, costs, markdown, main
+from workshop.course.budget import DRY_RUN, SWEEP, budget_rows, costs, disk_markdown, disk_rows, markdown, main
 from workshop.training.config import ConfigError
-from workshop.slurm.profiles import PROFILES_DIR, load_profile
+from workshop.slurm.profiles import PROFILES_DIR, ProfileError, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 SITE = load_profile("example-hpc")
@@ -22,6 +23,50 @@ def test_the_instructor_guide_states_the_computed_budget() -> None:
     guide = (ROOT / "docs/instructor.md").read_text()
     assert "## Class budget" in guide
     assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `python -m workshop.course.budget`"
+    assert "## Disk" in guide and disk_markdown(SITE, 20) in guide.split("## Disk", 1)[1]
+
+
+def test_the_budget_has_the_sweep_the_dry_run_and_reruns() -> None:
+    """Nothing the class needs is missing: notebook 03's challenge sweep (its whole grid, once), the dry run
+    (one student's course, once) and a rerun allowance on the students' jobs."""
+    from workshop.course import challenge
+
+    rows = {r["notebook"]: r for r in budget_rows(SITE, 20, rerun=0.25)}
+    notebooks = [r for name, r in rows.items() if name[:2].isdigit() and name[2] == "_"]
+    per_student = sum(r["gpu_h_per_student"] for r in notebooks)
+    grid = challenge.grid(4, challenge.global_batch(SITE))                     # 4 V100s, 20 minutes a job
+    assert rows[SWEEP]["jobs"] == len(grid) == 40 and rows[SWEEP]["gpu_h_class"] == pytest.approx(40 * 4 / 3)
+    assert rows[DRY_RUN]["gpu_h_class"] == pytest.approx(per_student) and rows[DRY_RUN]["jobs"] == 21
+    rerun = next(r for name, r in rows.items() if name.startswith("reruns"))
+    assert rerun["gpu_h_class"] == pytest.approx(0.25 * 20 * per_student)
+    assert "`python -m workshop.course.challenge`" in markdown(SITE, 20)
+
+
+def test_a_site_can_hand_notebook_03s_jobs_to_the_instructor(tmp_path: Path) -> None:
+    """instructor_steps = ["strategies"]: 03's five strategy runs are run once; each student's challenge job is
+    one of the sweep's (its own row), so 03 costs the class the five runs, once."""
+    site = tmp_path / "site.toml"
+    site.write_text((PROFILES_DIR / "example-hpc.toml").read_text().replace(
+        'instructor_jobs = ""', f'instructor_jobs = "{tmp_path / "shared"}"').replace(
+        "instructor_steps = []", 'instructor_steps = ["strategies"]'))
+    rows = {r["notebook"]: r for r in budget_rows(load_profile(site), 20)}
+    assert rows["03_sharding_strategies"]["gpu_h_class"] == pytest.approx(160.0)
+    assert rows["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(5 * 4 / 3)
+    plain = {r["notebook"]: r for r in budget_rows(SITE, 20)}
+    assert plain["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(160.0)
+    bad = tmp_path / "bad.toml"
+    bad.write_text(site.read_text().replace('["strategies"]', '["strategy"]'))
+    with pytest.raises(ProfileError, match="instructor_steps"):
+        budget_rows(load_profile(bad), 20)
+
+
+def test_disk_per_student_and_class_is_notebook_05s_checkpoint_and_merge() -> None:
+    """BLOOM-560M: 559,214,592 parameters; the checkpoint keeps fp32 weights and AdamW's two states (12 bytes a
+    parameter: 6.7 GB), the merged file repeats the tied embedding as lm_head (3.3 GB)."""
+    kept, merged = disk_rows(SITE, 20)
+    assert kept["per_student"] == 559_214_592 * 12 and kept["class"] == 20 * kept["per_student"]
+    assert kept["class_instructor_run"] == kept["per_student"]          # 05's 2-node job is the instructor's, once
+    assert merged["per_student"] == (559_214_592 + 250_880 * 1024) * 4
 
 
 def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
@@ -62,9 +107,7 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
     from workshop.slurm import JobState, submit
 
     shared = tmp_path / "instructor-jobs"
-    profile = tmp_path / "classroom.toml"
-    profile.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "classroom"')
-                       + f'\n[course]\ninstructor_jobs = "{shared}"\ninstructor_min_gpus = 2\n')
+    profile = local_site(tmp_path / "classroom.toml", instructor_jobs=shared, instructor_min_gpus=2)
     costly = {"procs_per_node": 2}
     with pytest.raises(ConfigError, match="instructor_jobs.*--instructor-run"):    # not run yet
         submit("bandwidth", profile=profile, overrides=costly, jobs_dir=tmp_path / "student" / "jobs")
@@ -79,6 +122,14 @@ def test_instructor_run_mode_gives_students_the_instructors_job(tmp_path: Path) 
                    jobs_dir=tmp_path / "student" / "jobs")
     assert cheap.job_dir.parent == tmp_path / "student" / "jobs" and not cheap.job_dir.is_symlink()  # own job
     cheap.wait(timeout=600, poll=0.2)
+
+
+def local_site(path: Path, **course: object) -> Path:
+    """A copy of the local profile, named after `path`, with a [course] table (instructor-run mode)."""
+    lines = "".join(f"{k} = {json.dumps(str(v) if isinstance(v, Path) else v)}\n" for k, v in course.items())
+    path.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', f'name = "{path.stem}"')
+                    + f"\n[course]\n{lines}")
+    return path
 
 
 def guide_command(marker: str) -> str:
@@ -101,6 +152,7 @@ def test_the_guides_budget_command_prints_the_guides_table() -> None:
     proc = run_as_written(command)
     assert proc.returncode == 0, proc.stderr
     assert markdown(SITE, 20) in proc.stdout and markdown(SITE, 20) in (ROOT / "docs/instructor.md").read_text()
+    assert disk_markdown(SITE, 20) in proc.stdout
 
 
 def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path: Path) -> None:
@@ -116,9 +168,7 @@ def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path
     command = guide_command("--instructor-run")
     assert command == "python -m workshop.course.budget --profile <site> --instructor-run"
     shared = tmp_path / "instructor-jobs"
-    profile = tmp_path / "site.toml"
-    profile.write_text((PROFILES_DIR / "local.toml").read_text().replace('name = "local"', 'name = "site"')
-                       + f'\n[course]\ninstructor_jobs = "{shared}"\ninstructor_min_gpus = 8\n')
+    profile = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_min_gpus=8)
     site = load_profile(profile)
     expected = [c for c in costs(site) if c.costly]
     assert len(expected) == 5 and all(c.nodes == 2 for c in expected)     # the 2-node jobs of notebook 05
@@ -149,7 +199,12 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
       04: 1, 2, 4 and 8 GPUs x 1/3 h = 5.00; the 8-GPU run (instructor_min_gpus 8) once: 7/3 x 20 + 8/3 = 49.3
       05: bandwidth gate 16 GPUs x 1/12 h = 1.33, failed rendezvous 2 x 1/3, 1 node x 2 2/3, 2 nodes x 1 2/3,
           2 x 2 full_shard 4/3, 2 x 2 hybrid 4/3: 6.00; all but 1 node x 2 (2/3) are 2-node, run once:
-          2/3 x 20 + 16/3 = 18.7"""
+          2/3 x 20 + 16/3 = 18.7
+      a student's own jobs in instructor-run mode: 1/3 + 4/3 + 8 + 7/3 + 2/3 = 38/3 GPU-h
+      reruns, 25 %: 0.25 x 62/3 = 5.17 per student, x 20 = 103.3; instructor-run 0.25 x 38/3 x 20 = 63.3
+      the challenge sweep: 3 strategies' variants (ddp; full_shard and shard_grad_op with and without offload)
+          x checkpointing or not x 4 micro-batches (1, 2, 4, 8 of 8 per GPU) = 40 jobs x 4 GPUs x 1/3 h = 53.3
+      the dry run: one student's 21 jobs, 62/3 = 20.7; instructor-run 38/3 = 12.7"""
     guide = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
     rows = {cells[0].strip("* "): [c.strip() for c in cells[1:]]
             for line in guide.splitlines() if line.startswith("| ") and not line.startswith("| notebook")
@@ -162,4 +217,12 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
     for notebook, (jobs, largest, each, cls, instructor) in by_hand.items():
         assert rows[notebook] == [str(jobs), str(largest), f"{each:.2f}", f"{cls:.1f}", f"{instructor:.1f}"], notebook
     total = [sum(v[i] for v in by_hand.values()) for i in range(5)]
-    assert rows["all"] == [str(total[0]), "", f"{total[2]:.2f}", f"{total[3]:.1f}", f"{total[4]:.1f}"]
+    own = 1 / 3 + 4 / 3 + 8 + 7 / 3 + 2 / 3
+    reruns = next(cells for name, cells in rows.items() if name.startswith("reruns: 25%"))
+    assert reruns == ["", "", f"{0.25 * total[2]:.2f}", f"{0.25 * total[3]:.1f}", f"{0.25 * own * 20:.1f}"]
+    sweep = next(cells for name, cells in rows.items() if name.startswith("03's challenge sweep"))
+    assert sweep == ["40", "4", "", f"{40 * 4 / 3:.1f}", f"{40 * 4 / 3:.1f}"]
+    dry = next(cells for name, cells in rows.items() if name.startswith("dry run"))
+    assert dry == [str(total[0]), "16", "", f"{total[2]:.1f}", f"{own:.1f}"]
+    assert rows["all"] == ["", "", f"{1.25 * total[2]:.2f}", f"{1.25 * total[3] + 40 * 4 / 3 + total[2]:.1f}",
+                           f"{total[4] + 0.25 * own * 20 + 40 * 4 / 3 + own:.1f}"]

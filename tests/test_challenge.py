@@ -114,3 +114,49 @@ def test_the_class_budget_counts_the_notebooks_jobs() -> None:
     solution = eval(compile(ast.Expression(mine), "<settings>", "eval"), {"dict": dict})
     assert STATIC_RUNS["03_sharding_strategies"] == {**runs, "budget challenge": dict(step="strategies", **solution)}
     assert 'STATIC_RUNS["03_sharding_strategies"]' in solution_cell("nb03-runs-reference")
+
+
+def test_the_guides_sweep_command_runs_the_grid_into_instructor_jobs_and_hands_a_students_choice_over(
+        tmp_path: Path) -> None:
+    """docs/instructor.md's step 6 as written, <site> a copy of the local profile whose instructor-run mode covers
+    notebook 03 (`instructor_steps = ["strategies"]`): the command submits every choice of the grid into
+    instructor_jobs, and a student's challenge job (the model answer's settings) is handed the sweep's job.
+    The jobs are cancelled once all are submitted: the sweep's figures are the committed sweep's tests'."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.test_budget import local_site
+    from tests.test_docs_commands import fenced, line_with
+    from workshop.slurm import Job, submit
+
+    line = line_with(fenced(ROOT / "docs" / "instructor.md", "## Before the workshop"), "workshop.course.challenge")
+    assert line == "python -m workshop.course.challenge --profile <site>"
+    shared = tmp_path / "instructor-jobs"
+    site = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_steps=["strategies"])
+    profile = load_profile(site)
+    grid = challenge.grid(2, challenge.global_batch(profile))
+    mine = STATIC_RUNS["03_sharding_strategies"]["budget challenge"]
+    assert {k: v for k, v in mine.items() if k != "step"} in grid
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKSHOP_", "SLURM_"))}
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    log = open(tmp_path / "sweep.log", "w")
+    sweep = subprocess.Popen(["bash", "-c", line.replace("<site>", str(site))], cwd=tmp_path, env=env,
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(shared.glob("strategies-*/job.json"))) < len(grid):
+            assert sweep.poll() is None, (tmp_path / "sweep.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the sweep did not submit its grid in 240 s"
+            time.sleep(0.5)
+        assert not (tmp_path / "sweep-jobs").exists()
+        student = submit("strategies", profile=profile, overrides={k: v for k, v in mine.items() if k != "step"},
+                         jobs_dir=tmp_path / "student" / "jobs")
+        assert student.job_dir.parent == shared and (tmp_path / "student" / "jobs" / student.job_dir.name).is_symlink()
+    finally:
+        os.killpg(sweep.pid, signal.SIGTERM)
+        sweep.wait(timeout=60)
+        log.close()
+        for record in shared.glob("*/job.json"):
+            Job.load(record.parent).cancel()

@@ -209,6 +209,26 @@ def test_a_students_own_names_are_not_the_course_code_of_the_same_name() -> None
                         "ratio = traffic['full_shard'] / estimate\nprint(os.upper())") == []
 
 
+@pytest.mark.parametrize("sources", [
+    ("ask = lab.predict", "def predict_memory(arch, run, n):\n    return dict(ask('fsdp_1gpu', procs_per_node=n))"),
+    ("from workshop.course.explorer import explore as ex\ndef f(n):\n    return ex(gpus=n).mb",),
+    ("import functools\nask = functools.partial(lab.predict, 'strategies')\nagain = ask",
+     "def f(**s):\n    return again(**s)['peak']"),
+    ("from workshop.results import comm\nnet = comm.predict", "f = lambda nodes, g: net('bloom-560m', 'full_shard', nodes * g, nodes)"),
+])
+def test_a_lesson_tool_under_another_name_inside_a_function_is_flagged(sources: tuple[str, ...]) -> None:
+    """A tool bound to a name of the student's (an alias, a partial, an import as), in any of their cells,
+    and then called inside their function answers the tool's cases all the same."""
+    found = scan_answers(*sources)
+    assert any("a function of yours calls" in r for r in found), found
+
+
+def test_a_tools_answer_kept_in_a_name_is_not_a_tool() -> None:
+    """What the tool returned for a case the student asked (a number, a table) may be read anywhere."""
+    assert scan_answers("peak = lab.predict('strategies')['peak']",
+                        "def over_budget(budget):\n    return peak > budget") == []
+
+
 def test_lesson_tools_asked_in_a_cell_are_not_flagged() -> None:
     """lab.predict and the explorer answer the case a student asks, in a cell: that is what they are for."""
     assert scan_answers("peaks = {n: float(lab.predict(**runs[n])['peak']) for n in runs}\n"

@@ -4,9 +4,12 @@ with .venv linked there when the line calls .venv/bin/...). Where a run must be 
 from the seed repo's environment variables (TRAIN_SIZE, EVAL_SIZE), never from an edited command.
 
 Where the others are run: tests/test_fsdp_exercises.py (README's torchrun line), tests/test_budget.py
-(the class budget's two lines), tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
+(the class budget's two lines), tests/test_challenge.py (the guide's challenge sweep),
+tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
 (the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`),
-tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile).
+tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile),
+tests/slurm/test_preflight_on_cluster.py (its first command, `workshop preflight`), tests/test_prefetch.py
+(its two `workshop prefetch` lines), tests/test_class_polling.py (its [slurm.watch] setting).
 """
 
 from __future__ import annotations
@@ -83,7 +86,7 @@ def test_readme_help_lists_every_option_the_readme_names(tmp_path: Path) -> None
 # ---------------------------------------------------------------------------------- Open OnDemand
 
 def test_the_instructor_guides_ood_render_line(tmp_path: Path) -> None:
-    """docs/instructor.md, "Before the workshop" 3: <site> is the example site, <apps dir> a folder here."""
+    """docs/instructor.md, "Before the workshop" 4: <site> is the example site, <apps dir> a folder here."""
     guide = (ROOT / "docs" / "instructor.md").read_text()
     line = re.search(r"`(python -m workshop\.course\.ood render [^`]*)`", guide).group(1)
     assert line == "python -m workshop.course.ood render --profile <site> --out <apps dir>/fsdp-workshop"
@@ -125,6 +128,33 @@ def test_the_ood_readmes_render_and_install_lines(tmp_path: Path) -> None:
     assert not Path("/var/www/ood/apps/sys/fsdp-workshop").exists()
 
 
+# ---------------------------------------------------------------------------------- one shared environment
+
+def test_the_guides_shared_read_only_environment(tmp_path: Path) -> None:
+    """docs/instructor.md, "Before the workshop" 2, with <env> a folder here and <site> the example site.
+    `conda env create` and `conda activate` need conda and a package index, which this machine has neither
+    of: the environment they build is this checkout's .venv (the same pins: tests/test_env_pins.py), whose
+    python comes first on PATH here as it does after `conda activate <env>`. The kernel's registration into
+    <env> and the step that takes its write bits away run as written."""
+    lines = fenced(ROOT / "docs" / "instructor.md", "2. **One environment")
+    lines = lines[:lines.index("chmod -R a-w <env>") + 1]
+    assert lines == ["conda env create -p <env> -f bloom_env.yml", "conda activate <env>",
+                     "bash scripts/register_kernel.sh --profile <site> --prefix <env>", "chmod -R a-w <env>"]
+    env_dir = tmp_path / "bloom_env"
+    for line in lines[2:]:
+        proc = sh(line.replace("<env>", str(env_dir)).replace("<site>", "example-hpc"), ROOT)
+        assert proc.returncode == 0, proc.stderr
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager(kernel_dirs=[str(env_dir / "share" / "jupyter" / "kernels")]).get_kernel_spec("fsdp-workshop")
+    assert spec.argv[0] == str(ROOT / ".venv" / "bin" / "python") and spec.display_name == "FSDP workshop (bloom_env)"
+    assert spec.env["WORKSHOP_PROFILE"] == "example-hpc" and spec.env["HF_HOME"] == "/shared/fsdp-workshop/hf_home"
+    writable = [p for p in [env_dir, *env_dir.rglob("*")] if p.stat().st_mode & 0o222]
+    assert writable == []                               # no one may change what the class runs
+    for p in [env_dir, *env_dir.rglob("*")]:
+        p.chmod(p.stat().st_mode | 0o200)               # pytest's tmp_path cleanup
+
+
 # ---------------------------------------------------------------------------------- the student guide
 
 def test_the_student_guide_names_the_kernel_the_release_notebooks_open_with() -> None:
@@ -147,7 +177,7 @@ def merge_command() -> str:
 
 def test_notebook_05s_merge_weights_gives_the_trained_model_to_from_pretrained(tmp_path: Path) -> None:
     """A real sharded checkpoint (FULL_SHARD on 2 processes, SHARDED_STATE_DICT: one .distcp per rank), its
-    step put in for STEP, the notebook's command run where the job's run/ is; then the notebook's next
+    step put in for STEP, the notebook's command run in the checkpoint folder; then the notebook's next
     words: load merged/model.safetensors into a BloomForCausalLM built from the config, save_pretrained.
     What from_pretrained reads back is the trained model: its eval loss on the run's eval examples (token
     weighted, as the Trainer's) is the run's final eval loss, at the checkpoint's (final) step."""
@@ -159,16 +189,16 @@ def test_notebook_05s_merge_weights_gives_the_trained_model_to_from_pretrained(t
     from workshop.training.config import RunConfig
 
     command = merge_command()
-    assert command == "accelerate merge-weights run/checkpoint-STEP/pytorch_model_fsdp_0 merged/"
+    assert command == "accelerate merge-weights checkpoint-STEP/pytorch_model_fsdp_0 merged/"   # in the checkpoint folder
     run = train(tmp_path / "run", ["--sharding", "full_shard", "--train-size", "8", "--eval-size", "4", "--epochs", "1",
                                     "--checkpoint-every", "2"], nproc=2)
     summary = run.summary
     step = summary["steps"]
     shards = tmp_path / "run" / f"checkpoint-{step}" / "pytorch_model_fsdp_0"
     assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    proc = sh(command.replace("STEP", str(step)), tmp_path)
+    proc = sh(command.replace("STEP", str(step)), tmp_path / "run")      # the run's checkpoint folder
     assert proc.returncode == 0, proc.stderr[-3000:]
-    merged = load_file(tmp_path / "merged" / "model.safetensors")
+    merged = load_file(tmp_path / "run" / "merged" / "model.safetensors")
     assert {k: list(v.shape) for k, v in merged.items() if k in summary["param_shapes"]} == summary["param_shapes"]
 
     tok = models.load_tokenizer("tiny")

@@ -25,12 +25,19 @@ ENV_FILE = ROOT / "bloom_env.yml"
 PYPROJECT = ROOT / "pyproject.toml"
 
 
+# Extras only the developers' machines install: `make mutation` mutates the package and reruns the suite for
+# hours, which no cluster node does, so the cluster's environment does not carry its tool.
+DEVELOPER_EXTRAS = {"mutation"}
+
+
 def pyproject_pins(text: str) -> dict[str, str]:
-    """{name: version} for every `==` requirement, dependencies and optional extras alike."""
+    """{name: version} for every `==` requirement, dependencies and optional extras alike (but the
+    developers' own, DEVELOPER_EXTRAS)."""
     project = tomllib.loads(text)["project"]
     reqs = list(project["dependencies"])
-    for extra in project.get("optional-dependencies", {}).values():
-        reqs += extra
+    for name, extra in project.get("optional-dependencies", {}).items():
+        if name not in DEVELOPER_EXTRAS:
+            reqs += extra
     pins: dict[str, str] = {}
     for line in reqs:
         req = Requirement(line)

@@ -65,56 +65,93 @@ def test_the_app_has_every_batch_connect_file(app: Path) -> None:
     assert manifest["role"] == "batch_connect" and manifest["category"] == "Interactive Apps"
 
 
-def test_the_form_offers_the_sites_partitions_and_defaults(app: Path) -> None:
+def test_the_form_offers_the_sites_session_partition_and_defaults(app: Path) -> None:
     text = (app / "form.yml.erb").read_text()
     assert "<%" not in text, "the form is fully rendered: OOD has nothing left to evaluate"
     form = yaml.safe_load(text)
     assert form["cluster"] == "example-hpc"
-    assert form["form"] == ["course_dir", "partition", "bc_account", "reservation", "session_minutes", "gpu_type",
-                            "num_gpus"]
+    assert form["form"] == ["course_dir", "partition", "bc_account", "reservation", "session_minutes"]
     attrs = form["attributes"]
     options = attrs["partition"]["options"]
-    assert [o[1] for o in options] == ["gpu_v100", "gpu_a100"]
-    assert attrs["partition"]["value"] == "gpu_v100"                    # the profile's default partition
-    assert {"data-max-num-gpus": 4} in options[0] and {"data-set-gpu-type": "a100"} in options[1]
+    assert [o[1] for o in options] == ["interactive"]                      # the CPU partition only: no GPU node
+    assert attrs["partition"]["value"] == "interactive"                    # [ood] partition
     assert attrs["bc_account"]["value"] == "CHANGE-ME-account"
-    assert attrs["reservation"]["value"] == ""
+    assert attrs["reservation"]["value"] == ""                             # [ood] reservation
     minutes = attrs["session_minutes"]                 # the profile's 00:20:00 in the form's 15-minute steps
     assert (minutes["value"], minutes["min"], minutes["step"], minutes["max"]) == (30, 15, 15, 720)
-    assert {"data-max-session-minutes": 720} in options[0]                # gpu_v100's MaxTime is a day
-    assert [o[1] for o in attrs["gpu_type"]["options"]] == ["", "a100", "v100"]
-    assert attrs["num_gpus"]["max"] == 8 and attrs["num_gpus"]["value"] == 0
+    assert {"data-max-session-minutes": 720} in options[0]                # interactive's MaxTime is 12 h
+    assert "gpu_type" not in attrs and "num_gpus" not in attrs
 
 
 def test_a_sites_own_account_and_reservation_reach_form_and_submit(tmp_path: Path) -> None:
-    profile = _site_profile(tmp_path, account="proj-4711", reservation="fsdp-day1", gpu_request="gres")
+    """[slurm] reservation is the class's, for the jobs; the form offers [ood]'s, one that holds the session
+    partition's nodes (the jobs' GPU reservation would not take a session)."""
+    profile = _site_profile(tmp_path, account="proj-4711", reservation="fsdp-day1")
+    profile.write_text(profile.read_text().replace('reservation = ""                        # only one',
+                                                   'reservation = "fsdp-sessions"          # only one'))
     render_app(profile, tmp_path / "app", cluster="mycluster")
     form = yaml.safe_load((tmp_path / "app/form.yml.erb").read_text())
     assert form["cluster"] == "mycluster"
     assert form["attributes"]["bc_account"]["value"] == "proj-4711"
-    assert form["attributes"]["reservation"]["value"] == "fsdp-day1"
-    submit = yaml.safe_load(erb_sample((tmp_path / "app/submit.yml.erb").read_text(),
-                                       {**SAMPLE, "gpu_type.to_s.empty? ? \"\" : \"#{gpu_type}:\"": "a100:",
-                                        "gpus": "2"}))
-    assert "--gres=gpu:a100:2" in submit["script"]["native"]
+    assert form["attributes"]["reservation"]["value"] == "fsdp-sessions"
+    submit = yaml.safe_load(erb_sample((tmp_path / "app/submit.yml.erb").read_text()))
+    assert "--reservation=fsdp-workshop" in submit["script"]["native"]      # the form's value at launch
     script = (tmp_path / "app/template/script.sh.erb").read_text()
     assert f"export WORKSHOP_PROFILE={profile}" in script       # a site file is named by its path
 
 
 def test_submit_uses_the_basic_template_and_native_sbatch_args(app: Path) -> None:
-    text = (app / "submit.yml.erb").read_text()
-    assert '{"gpu_v100" => 8, "gpu_a100" => 8}' in text                 # cores per GPU from the profile
-    assert '{"gpu_v100" => 40960, "gpu_a100" => 61440}' in text         # memory per GPU (MB)
-    submit = yaml.safe_load(erb_sample(text, {**SAMPLE, "gpu_type.to_s.empty? ? \"\" : \"#{gpu_type}:\"": "a100:",
-                                              "gpus": "2"}))
+    submit = yaml.safe_load(erb_sample((app / "submit.yml.erb").read_text()))
     assert submit["batch_connect"]["template"] == "basic"
     native = submit["script"]["native"]
-    assert native[0] == "--partition=gpu_a100"
-    assert "--reservation=fsdp-workshop" in native and "--gpus-per-node=a100:2" in native
+    assert native[0] == "--partition=gpu_a100"                            # the form's value (SAMPLE), as given
+    assert "--reservation=fsdp-workshop" in native
     assert all(isinstance(x, str) and x.startswith("--") for x in native)
 
 
-def test_the_script_starts_jupyterlab_in_the_course_folder_with_the_course_kernel(app: Path) -> None:
+def test_sessions_stay_off_the_gpu_nodes_and_leave_notebook_03_its_node(app: Path, tmp_path: Path) -> None:
+    """The example site's rendered form and submit files: a session asks the CPU partition for a notebook
+    kernel's 2 cores and 4 GB, no GPU; 20 sessions then take nothing of the partition notebook 03's
+    4-GPU job runs on, whose whole-node request (4 x 40G of a 180G node) still fits there."""
+    from tests.test_site_scripts import sbatch, site_script
+    from workshop.slurm.profiles import load_profile, mem_mb
+
+    form = yaml.safe_load((app / "form.yml.erb").read_text())
+    partition = form["attributes"]["partition"]["value"]
+    launched = {**SAMPLE, "partition": partition}             # the student presses Launch with the form's default
+    native = yaml.safe_load(erb_sample((app / "submit.yml.erb").read_text(), launched))["script"]["native"]
+    session = dict(x.removeprefix("--").split("=", 1) for x in native)
+    assert session["partition"] == "interactive" and session["cpus-per-task"] == "2" and session["mem"] == "4096M"
+    assert not any(k.startswith(("gpus", "gres")) for k in session)        # no GPU asked, at any count
+    site = load_profile("example-hpc")
+    gpu_names = {p.name for p in site.partitions.values() if p.gpus_per_node}
+    assert set(o[1] for o in form["attributes"]["partition"]["options"]).isdisjoint(gpu_names)
+
+    job = sbatch(site_script("strategies", tmp_path))                       # notebook 03's full-node job
+    node = site.partition_for("strategies")
+    assert job["gpus-per-node"] == "v100:4" and job["mem"] == "160G"
+    sessions = 20
+    taken_on_03s_partition = sessions * mem_mb(session["mem"]) if session["partition"] == job["partition"] else 0
+    assert taken_on_03s_partition == 0
+    assert mem_mb(job["mem"]) <= mem_mb(node.mem_per_node) - taken_on_03s_partition
+    # and the sessions themselves fit their partition: 20 x 4G on 250G nodes, 2 cores each
+    assert sessions * mem_mb(session["mem"]) <= 2 * mem_mb(site.partitions["interactive"].mem_per_node)
+
+
+def test_a_gpu_partition_is_refused_for_sessions() -> None:
+    from workshop.slurm.profiles import ProfileError, parse_profile
+
+    parts = {"gpu": {"name": "gpu", "gpus_per_node": 4}, "cpu": {"name": "cpu", "gpus_per_node": 0, "mem_per_node": "8G"}}
+    with pytest.raises(ProfileError, match=r"ood\.partition.*GPU partition.*Fix: name a CPU or interactive"):
+        parse_profile({"slurm": {"partitions": parts}, "ood": {"partition": "gpu"}}, "t.toml", "t")
+    with pytest.raises(ProfileError, match=r"ood\.mem.*more than a node"):
+        parse_profile({"slurm": {"partitions": parts}, "ood": {"partition": "cpu", "mem": "16G"}}, "t.toml", "t")
+    no_sessions = parse_profile({"slurm": {"partitions": parts}}, "t.toml", "t")
+    with pytest.raises(ProfileError, match=r"ood\.partition.*names no partition"):
+        render_app(no_sessions, "/nonexistent-never-written")
+
+
+def test_the_scripts_carry_the_sites_environment(app: Path) -> None:
     script = (app / "template/script.sh.erb").read_text()
     assert 'exec jupyter lab --config="${CONFIG_FILE}" --ServerApp.root_dir="${COURSE_DIR}"' in script
     assert 'cd "${COURSE_DIR}"' in script
@@ -133,12 +170,14 @@ def test_the_script_starts_jupyterlab_in_the_course_folder_with_the_course_kerne
 
 
 def test_the_form_never_offers_more_than_the_partition_allows(tmp_path: Path) -> None:
-    """The test cluster's partition allows 30 minutes: the form offers 15 or 30, and submit.yml turns
-    the choice into the job's --time (OOD's wall_time, in seconds)."""
-    render_app("ci", tmp_path / "app")
+    """A 30-minute interactive partition: the form offers 15 or 30, and submit.yml turns the choice into
+    the job's --time (OOD's wall_time, in seconds)."""
+    profile = _site_profile(tmp_path)
+    profile.write_text(profile.read_text().replace('max_time = "12:00:00"', 'max_time = "00:30:00"'))
+    render_app(profile, tmp_path / "app")
     form = yaml.safe_load((tmp_path / "app/form.yml.erb").read_text())
     minutes = form["attributes"]["session_minutes"]
-    assert (minutes["value"], minutes["min"], minutes["max"]) == (15, 15, 30)
+    assert (minutes["value"], minutes["min"], minutes["max"]) == (30, 15, 30)
     assert {"data-max-session-minutes": 30} in form["attributes"]["partition"]["options"][0]
     submit = yaml.safe_load(erb_sample((tmp_path / "app/submit.yml.erb").read_text(),
                                        {**SAMPLE, "session_minutes.to_i * 60": "1800"}))

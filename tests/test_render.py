@@ -46,7 +46,9 @@ def test_every_step_renders_on_every_site_as_valid_bash(step, profile, tmp_path)
     assert f"#SBATCH --output={tmp_path / 'job'}/slurm-%j.out" in script
     assert "export OMP_NUM_THREADS=" in script
     assert 'echo "[job] id ${SLURM_JOB_ID}' in script
-    program = "-m workshop.results.bandwidth" if step == "bandwidth" else f"-m workshop.training.train --config {tmp_path / 'job' / 'config.json'}"
+    program = {"bandwidth": "-m workshop.results.bandwidth",
+               "preflight": f"-m workshop.slurm.node_check --config {tmp_path / 'job' / 'config.json'} --folder jobs={tmp_path}"
+               }.get(step, f"-m workshop.training.train --config {tmp_path / 'job' / 'config.json'}")
     assert program in script
     # every block has a comment line that says what it is for
     for block in ("# Environment", "# Caches", "# Where and when", "# Launch"):
@@ -108,7 +110,8 @@ def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_
 
 def test_gpu_count_changes_numbers_not_templates(tmp_path):
     templates = sorted(p.name for p in TEMPLATES_DIR.iterdir())
-    assert templates == ["job.sh", "launch-node.sh", "launch-nodes.sh", "launch-process.sh"]
+    assert templates == ["job.sh", "launch-accelerate-nodes.sh", "launch-accelerate.sh", "launch-node.sh", "launch-nodes.sh",
+                         "launch-process.sh", "rendezvous.sh"]
     two = rendered("multi_gpu", "example-hpc", tmp_path, procs_per_node=2)
     four = rendered("multi_gpu", "example-hpc", tmp_path, procs_per_node=4)
     differing = [(a, b) for a, b in zip(two.splitlines(), four.splitlines()) if a != b]

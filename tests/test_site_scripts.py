@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from workshop.results.logs import parse_text
-from workshop.slurm.profiles import ProfileError, load_profile, mem_mb, parse_profile, time_seconds
+from workshop.slurm.profiles import ProfileError, load_profile, mem_mb, parse_profile, scratch_folder, time_seconds
 from workshop.slurm.render import render
 from workshop.slurm.steps import STEPS, step_config
 
@@ -103,7 +103,7 @@ def test_every_example_site_job_fits_its_partition(step: str, tmp_path: Path) ->
     for line in ("export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1",
                  "export HF_HOME=/shared/fsdp-workshop/hf_home"):
         assert line in script.splitlines()
-    assert "`hf_home` (a shared cache" in (ROOT / "docs/instructor.md").read_text()
+    assert "`hf_home` (the shared cache" in (ROOT / "docs/instructor.md").read_text()
     # CUDA: the wheels' libraries, never a module's
     commands = [line for line in script.splitlines() if not line.lstrip().startswith("#")]
     assert not any(re.search(r"module (load|add) .*cuda", line) for line in commands)
@@ -127,13 +127,18 @@ def test_profiles_that_would_not_fit_are_refused_with_the_fix() -> None:
     assert time_seconds("30") == 1800 and time_seconds("1-00:00:00") == 86400 and time_seconds("5:00") == 300
 
 
-def test_cuda_module_paths_are_dropped_and_the_wheels_kept(tmp_path: Path) -> None:
+def test_cuda_module_paths_are_dropped_and_the_wheels_and_the_drivers_compat_libraries_kept(tmp_path: Path) -> None:
+    """A toolkit's folders go; the wheels' own, the site's, and the driver's forward-compatibility libcuda
+    (the cuda-compat package: <toolkit>/compat, which lets an older driver run the wheel's newer CUDA) stay."""
     snippet = block(site_script("baseline", tmp_path), "cuda_free=", 2)
-    path = ":".join(["/usr/local/cuda-12.1/lib64", "/apps/cuda/12.1/lib64", "/opt/site/lib",
-                     "/env/lib/python3.11/site-packages/nvidia/cuda_runtime/lib", "/sw/cuda/targets/x86_64/lib"])
+    path = ":".join(["/usr/local/cuda-12.1/lib64", "/usr/local/cuda-12.4/compat", "/apps/cuda/12.1/lib64",
+                     "/opt/site/lib", "/env/lib/python3.11/site-packages/nvidia/cuda_runtime/lib",
+                     "/sw/cuda/targets/x86_64/lib", "/usr/local/cuda/compat/lib", "/opt/cuda-compat/12.4"])
     out = subprocess.run(["bash", "-c", f"set -euo pipefail; {snippet}; echo \"${{LD_LIBRARY_PATH-unset}}\""],
                          env={"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": path}, capture_output=True, text=True)
-    assert out.stdout.strip() == "/opt/site/lib:/env/lib/python3.11/site-packages/nvidia/cuda_runtime/lib", out.stderr
+    assert out.stdout.strip().split(":") == [
+        "/usr/local/cuda-12.4/compat", "/opt/site/lib", "/env/lib/python3.11/site-packages/nvidia/cuda_runtime/lib",
+        "/usr/local/cuda/compat/lib", "/opt/cuda-compat/12.4"], out.stderr
     out = subprocess.run(["bash", "-c", f"set -euo pipefail; {snippet}; echo \"${{LD_LIBRARY_PATH-unset}}\""],
                          env={"PATH": os.environ["PATH"]}, capture_output=True, text=True)
     assert out.stdout.strip() == "unset"                                   # never an empty entry (= cwd)
@@ -180,7 +185,9 @@ def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) 
     assert job.record.exit_code == 75 and "resume" in job.reason
     assert "[job] USR1 at" in log and "[job] stopped at a checkpoint" in log and "[job] end" not in log
     step = int(re.search(r'WORKSHOP_CHECKPOINT .*"step": (\d+)', log).group(1))
-    assert 2 <= step < 48 and (job.run_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert 2 <= step < 48 and (job.checkpoint_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    # in the profile's scratch folder, not in the job's (a student's) folder
+    assert job.checkpoint_dir.is_relative_to(scratch_folder(load_profile("local"))) and not any(job.run_dir.glob("checkpoint-*"))
     df = build("scaling", [job.log_path])
     assert any(f"stopped at a checkpoint at step {step}" in n and "exit 75" in n for n in df.attrs["notes"])
     print(f"\nUSR1 -> CHECKPOINTED (exit 75) in {stop_s:.1f} s at step {step}/48 (busy 2-core machine)")
@@ -234,3 +241,47 @@ def test_every_course_job_ended_well_within_its_time_limit(course_run: Path) -> 
     print({k: f"{v:.1%}" for k, v in share.items()})
     assert len(share) >= 17
     assert max(share.values()) <= LIMIT_SHARE, share
+
+
+# ------------------------------------------------------------------------------ issue 23 item 6: NCCL on real fabrics
+
+def test_the_sites_nccl_fields_reach_the_training_and_bandwidth_scripts(tmp_path: Path) -> None:
+    """[nccl] of the profile: the interface, the HCAs, a network plugin with its folder first on
+    LD_LIBRARY_PATH (after the CUDA paths were dropped) and its variables, in every job that runs NCCL,
+    set for real in the shell that launches it."""
+    text = (ROOT / "slurm/profiles/example-hpc.toml").read_text().replace(
+        'ib_hca = "mlx5"', 'ib_hca = "=mlx5_0:1,mlx5_1:1"\nnet_plugin = "ofi"\nplugin_path = "/opt/aws-ofi-nccl/lib"').replace(
+        '# FI_PROVIDER = "efa"', 'FI_PROVIDER = "efa"\nNCCL_NET_GDR_LEVEL = "PHB"')
+    (tmp_path / "fabric.toml").write_text(text)
+    site = load_profile(tmp_path / "fabric.toml")
+    for step in ("baseline", "multi_gpu", "multi_node", "bandwidth"):
+        script = render(step, step_config(step, site), site, tmp_path / step)
+        for line in ("export NCCL_SOCKET_IFNAME=ib0", "export NCCL_IB_HCA==mlx5_0:1,mlx5_1:1", "export NCCL_NET_PLUGIN=ofi",
+                     "export FI_PROVIDER=efa", "export NCCL_NET_GDR_LEVEL=PHB"):
+            assert line in script.splitlines(), (step, line)
+        exports = block(script, "cuda_free=", 2) + "\n" + "\n".join(
+            ln for ln in script.splitlines() if ln.startswith("export ") and "SLURM_JOB_ID" not in ln)
+        out = subprocess.run(["bash", "-c", f"set -euo pipefail\n{exports}\nenv"],
+                             env={"PATH": os.environ["PATH"], "LD_LIBRARY_PATH": "/usr/local/cuda-12.1/lib64:/opt/site/lib"},
+                             capture_output=True, text=True)
+        env = dict(ln.split("=", 1) for ln in out.stdout.splitlines() if "=" in ln)
+        assert out.returncode == 0, out.stderr
+        assert env["LD_LIBRARY_PATH"] == "/opt/aws-ofi-nccl/lib:/opt/site/lib", out.stderr
+        assert (env["NCCL_SOCKET_IFNAME"], env["NCCL_IB_HCA"], env["FI_PROVIDER"]) == ("ib0", "=mlx5_0:1,mlx5_1:1", "efa")
+    guide = (ROOT / "docs/instructor.md").read_text()
+    profile_step = guide[guide.index("1. **A site profile.**"):guide.index("2. **")]
+    for word in ("[nccl]", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "net_plugin", "plugin_path"):
+        assert word in profile_step, word
+
+
+@pytest.mark.parametrize("nccl, field", [
+    ({"socket_ifname": "ib0; rm -rf ~"}, "nccl.socket_ifname"),
+    ({"ib_hca": "mlx5 0"}, "nccl.ib_hca"),
+    ({"plugin_path": "lib/ofi"}, "nccl.plugin_path"),
+    ({"variables": {"OMP_NUM_THREADS": "4"}}, "nccl.variables.OMP_NUM_THREADS"),
+    ({"socket_ifname": "ib0", "variables": {"NCCL_SOCKET_IFNAME": "eth0"}}, "nccl.variables.NCCL_SOCKET_IFNAME"),
+    ({"ib_hcas": "mlx5"}, "nccl.ib_hcas"),
+])
+def test_a_bad_nccl_field_is_refused_with_its_name(nccl: dict, field: str) -> None:
+    with pytest.raises(ProfileError, match=re.escape(f"field '{field}'")):
+        parse_profile({"nccl": nccl}, "t.toml", "t")

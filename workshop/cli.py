@@ -22,6 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("workshop.results.bench:main", "benchmark the course configurations on one GPU"),
     "verify": ("workshop.results.verify:main", "check submitted job logs against Slurm accounting and their digests"),
     "class": ("workshop.course.classview:main", "instructor: every student's jobs per step, states and failures, from sacct"),
+    "preflight": ("workshop.course.preflight:main", "admin: check a site profile on its cluster (partitions, account, a job per GPU partition)"),
+    "prefetch": ("workshop.course.prefetch:main", "admin: fill the shared cache with the model and SQuAD, prove an offline read-only load"),
 }
 
 

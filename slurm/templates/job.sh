@@ -16,32 +16,35 @@ export WORKSHOP_STOPPED_FILE="$PWD/.checkpointed-${SLURM_JOB_ID}"
 usr1_at=""
 trap 'usr1_at=$(date -Is); echo "[job] USR1 at ${usr1_at}: checkpoint at the end of this step, then stop"; touch "$WORKSHOP_STOP_FILE"' USR1
 
+# Where and when, first: the notebook's display follows these lines within 2 s, and its elapsed time counts
+# from this start stamp (to the millisecond) until Slurm answers; the site's setup below is part of the job.
+# (A date without %N, as on BSD and macOS, prints the letter N: fall back to whole seconds.)
+stamp() { local t; t=$(date +%Y-%m-%dT%H:%M:%S.%3N%:z); case $t in *N*) date -Is ;; *) printf '%s\n' "$t" ;; esac; }
+echo "[job] id ${SLURM_JOB_ID} name ${SLURM_JOB_NAME} nodes ${SLURM_NNODES}: ${SLURM_JOB_NODELIST}"
+echo "[job] start $(stamp) on $(hostname) in $(pwd)"
+echo @{step_line}
+
 # Environment (the site's setup from the profile; module and conda scripts read unset variables).
 # CUDA: the pip wheels' own libraries win. torch's wheel brings its CUDA runtime, cuBLAS, cuDNN and
 # NCCL (the nvidia-* wheels) and finds them through its RPATH; only the driver (libcuda.so) comes from
 # the node. A CUDA module would put another toolkit's libraries first on LD_LIBRARY_PATH and the two
 # would fight ("undefined symbol", "version `libcublasLt.so.12' not found"), so profiles load none:
-# workshop refuses a `module load cuda...` setup line, and the toolkit paths are dropped below.
+# workshop refuses a `module load cuda...` setup line, and the toolkit paths are dropped below. Kept: a
+# `compat` folder (e.g. /usr/local/cuda-12.4/compat), which holds the driver's forward-compatibility
+# libcuda.so (the cuda-compat package) that lets an older kernel driver run the wheel's newer CUDA.
 # `conda activate` needs conda's shell hook, which only interactive shells load: the first call of
 # this stand-in loads it and hands over to the real conda function.
 conda() { unset -f conda; eval "$(command conda shell.bash hook)" && conda "$@@"; }
 set +u
 @{setup}
 set -u
-cuda_free=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | grep -vE '(^|/)cuda([-_.]?[0-9][^/]*)?(/|$)' | paste -sd: -) || true
+cuda_free=$(printf '%s' "${LD_LIBRARY_PATH:-}" | tr ':' '\n' | awk '/(^|\/)compat(\/|$)/ || !/(^|\/)cuda([-_.]?[0-9][^\/]*)?(\/|$)/' | paste -sd: -) || true
 if [ -n "$cuda_free" ]; then export LD_LIBRARY_PATH="$cuda_free"; else unset LD_LIBRARY_PATH; fi
 
 # Caches on shared storage, logs unbuffered so the notebook sees progress as it happens
 @{exports}
 export PYTHONUNBUFFERED=1
 export OMP_NUM_THREADS=@{omp_threads}   # cores per process: cpus-per-task / processes per node
-
-# Where and when. Stamps to the millisecond: the notebook's display follows these lines within 2 s.
-# (A date without %N, as on BSD and macOS, prints the letter N: fall back to whole seconds.)
-stamp() { local t; t=$(date +%Y-%m-%dT%H:%M:%S.%3N%:z); case $t in *N*) date -Is ;; *) printf '%s\n' "$t" ;; esac; }
-echo "[job] id ${SLURM_JOB_ID} name ${SLURM_JOB_NAME} nodes ${SLURM_NNODES}: ${SLURM_JOB_NODELIST}"
-echo "[job] start $(stamp) on $(hostname) in $(pwd)"
-echo @{step_line}
 
 # Launch, in the background: bash runs a trap only between commands, so this shell waits instead
 {

@@ -81,13 +81,25 @@ alive() {
   [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$comm" ]]
 }
 
+# close_fds: close every file descriptor above 2 of this (sub)shell. A daemon must inherit none: a caller's
+# `flock /tmp/slurm-cluster.lock ...` holds its lock on an open descriptor, and a daemon started under it
+# would hold that lock for as long as it runs, so every later `flock` on it would wait forever.
+close_fds() {
+  local fd
+  for fd in /proc/$BASHPID/fd/*; do
+    fd=${fd##*/}
+    if ((fd > 2)); then eval "exec ${fd}>&-" 2>/dev/null || true; fi
+  done
+}
+
 # start NAME COMM CMD...: run CMD in the foreground of a new session, in the background of us,
-# with no inherited file descriptors (so callers capturing our output are not held open).
+# with no inherited file descriptors (so callers capturing our output are not held open, and no
+# caller's lock is held by a daemon).
 start() {
   local name=$1 comm=$2; shift 2
   # from /, as daemons do: one started in the caller's folder runs every job step there, and once that
   # folder is deleted (a CI clone made again) each step prints "Unable to get current working directory"
-  (cd / && exec setsid "$@" </dev/null >>"$DIR/log/$name.out" 2>&1 9>&-) &
+  (close_fds; cd / && exec setsid "$@" </dev/null >>"$DIR/log/$name.out" 2>&1) &
   local pid=$!
   echo "$pid $comm" >"$DIR/pids/$name.pid"
   # wait for the exec chain (setsid/setpriv/unshare/sh) to reach the daemon itself

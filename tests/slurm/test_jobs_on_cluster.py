@@ -98,6 +98,21 @@ def test_fsdp_across_two_nodes_runs_on_n1_and_n2_and_matches_one_node(two_gpus, 
     assert summary["train_loss"] == pytest.approx(one_node["train_loss"], rel=1e-5)
 
 
+def test_accelerate_launch_across_two_nodes_trains_as_torchrun_does(two_gpus, cluster, jobs_dir):
+    """launcher="accelerate": srun starts one `accelerate launch --config_file accelerate.yaml` per node, each
+    with its own SLURM_NODEID as machine rank (read on the node: the local backend's srun only simulates
+    that), n1 hosting the rendezvous; the same script trains the same model as the torchrun jobs."""
+    job = submit("multi_node", profile="ci", overrides={**TINY, "nodes": 2, "procs_per_node": 1,
+                                                        "launcher": "accelerate"}, jobs_dir=jobs_dir)
+    state = run_to_end("multi_node 2x1, accelerate launch", job)
+    assert state is JobState.COMPLETED, job.tail(60)
+    summary = job.summary()
+    assert summary["launcher"] == "accelerate" and sorted(summary["hosts"]) == ["n1", "n2"]
+    assert summary["sharding_applied"] == "full_shard" and summary["world_size"] == 2
+    one_node = two_gpus[0].summary()
+    assert summary["eval_losses"] == pytest.approx(one_node["eval_losses"], rel=1e-5)
+
+
 def test_bandwidth_across_two_nodes(cluster, jobs_dir):
     job = submit("bandwidth", profile="ci", jobs_dir=jobs_dir)
     state = run_to_end("bandwidth 2 nodes", job)

@@ -58,7 +58,8 @@ def test_a_stopped_job_frees_its_gpus_at_once_and_resume_completes(cluster, tmp_
     before = log.split("[job] USR1 at", 1)[0]
     signalled_at = max(int(m) for m in re.findall(r"^\[workshop\] step (\d+)/", before, flags=re.M))
     assert signalled_at <= step <= signalled_at + 1, (signalled_at, step)
-    assert 6 <= step < 48 and (job.run_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert 6 <= step < 48 and (job.checkpoint_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert not any(job.run_dir.glob("checkpoint-*"))       # in the profile's scratch, out of the student's folder
     assert job.summary() is None
 
     t1 = time.monotonic()

@@ -5,7 +5,9 @@ per 10 s for all the watched jobs together):
   once it says `[job] end`, however far the poller has backed off;
 - elapsed times are Slurm's own (sacct's ElapsedRaw), not the notebook's clock;
 - with slurmdbd stopped (an accounting outage), the display says accounting does not answer and
-  keeps following the logs to the end; when accounting is back, Slurm confirms.
+  keeps following the logs to the end; when accounting is back, Slurm confirms;
+- a profile's class setting ([slurm.watch]) spaces the queries further, and until Slurm answers the
+  elapsed time counts from the job's own start stamp, so a short job shows its time at once.
 """
 
 from __future__ import annotations
@@ -153,3 +155,43 @@ def test_an_accounting_outage_is_shown_and_the_logs_are_followed_to_the_end(clus
     from workshop.slurm.slurm_backend import POLLER
 
     assert job.elapsed() is not None and job.elapsed() == POLLER.times(job.job_id)[1]
+
+
+def class_profile(tmp_path: Path, kernels: int) -> Path:
+    """The ci profile for a class of `kernels` at 1 sacct call per second in all."""
+    path = tmp_path / "ci-class.toml"
+    path.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
+        'gpu_request = "gpus-per-node"', f'gpu_request = "gpus-per-node"\n\n[slurm.watch]\nkernels = {kernels}\nsacct_per_s = 1.0', 1))
+    return path
+
+
+def test_elapsed_counts_from_the_jobs_start_stamp_while_the_class_interval_holds_slurm_back(cluster, real_rate, jobs_dir,
+                                                                                             tmp_path):
+    """A class of 15 at 1 call/s: this kernel asks Slurm at most once per 15 s (above the helper's 10 s). The
+    poller has just asked (a notebook watches earlier jobs), so the new job's first answer is ~15 s away; its
+    elapsed time shows from its log's `[job] start` meanwhile, stops at its `[job] end` stamp, and becomes
+    Slurm's ElapsedRaw once Slurm confirms."""
+    slurm_backend.POLLER.status("1")                 # a query now, as for an earlier job of the notebook
+    jobs = submit_all({"short": ("baseline", {**TINY, "seed": 4})}, class_profile(tmp_path, 15), jobs_dir=jobs_dir)
+    job = jobs["short"]
+    assert job.record.sacct_interval_s == 15.0
+    seen = []                                         # (wall time, state, elapsed shown)
+    at_end = []                                       # elapsed shown once the log ended, before Slurm's figure
+    deadline = time.monotonic() + 240
+    while not job.record.settled:
+        assert time.monotonic() < deadline, seen[-5:]
+        if "[job] end" in job.tail(2) and job.record.elapsed_s is None:
+            at_end.append(job.elapsed())
+        state = job.state()
+        seen.append((time.time(), state.value, job.elapsed()))
+        time.sleep(0.2)
+    said = log_times(job)
+    shown = [t for t, _, elapsed in seen if elapsed is not None]
+    assert shown and shown[0] <= said["start"] + 2.0, seen[:20]          # not "-" until Slurm's first answer
+    # from the log's end until Slurm's answer: the stamps' difference, not a clock still running (Slurm
+    # confirms within sacct's lag at best, so the log's end is seen first but in a rare race)
+    assert at_end, "Slurm's elapsed arrived before the log's end was seen"
+    assert all(abs(e - (said["end"] - said["start"])) < 0.01 for e in at_end), (at_end, said)
+    assert job.elapsed() == float(cluster.job_record(job.job_id, "JobID,ElapsedRaw")["ElapsedRaw"])
+    queries = [t for t, cmd in real_rate if cmd in ("sacct", "squeue")]
+    assert len(queries) >= 2 and all(b - a >= 14.99 for a, b in zip(queries, queries[1:])), queries

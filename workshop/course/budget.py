@@ -82,10 +82,18 @@ class JobCost:
     gpus: int            # GPUs (processes) of the whole job
     hours: float         # the step's time limit
     costly: bool         # run by the instructor in instructor-run mode
+    in_sweep: bool = False   # one of the challenge sweep's jobs (the student's choice): handed over, not run again
 
     @property
     def gpu_hours(self) -> float:
         return self.gpus * self.hours
+
+
+CHALLENGE_RUN = "budget challenge"     # notebook 03's job of the student's own choice: one of the sweep's grid
+SWEEP = "03's challenge sweep, once: `python -m workshop.course.challenge`"
+DRY_RUN = "dry run, once: `python -m workshop.course`"
+# A planning allowance, not a measurement: a job in four run again (a setting changed, a failure fixed).
+RERUN_ALLOWANCE = 0.25
 
 
 def job_cost(notebook: str, run: str, spec: dict[str, Any], profile: Profile) -> JobCost:
@@ -96,7 +104,7 @@ def job_cost(notebook: str, run: str, spec: dict[str, Any], profile: Profile) ->
     cfg = step_config(step, profile, spec)
     gpus = cfg.nodes * cfg.procs_per_node
     return JobCost(notebook, run, step, cfg.nodes, gpus, time_seconds(profile.time_for(step)) / 3600,
-                   is_costly(cfg, profile))
+                   is_costly(cfg, profile, step), in_sweep=run == CHALLENGE_RUN)
 
 
 def costs(profile: Profile) -> list[JobCost]:
@@ -104,32 +112,104 @@ def costs(profile: Profile) -> list[JobCost]:
             for name, spec in runs.items()]
 
 
-def budget_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
-    """Per notebook: jobs, GPU-hours per student, for the class, and for the class in instructor-run mode."""
+def sweep_costs(profile: Profile) -> list[JobCost]:
+    """The instructor's challenge sweep (`workshop.course.challenge`): one job per choice of its grid, once a site."""
+    from workshop.course import challenge
+    from workshop.slurm.steps import step_config
+
+    world = step_config(challenge.STEP, profile).world_size
+    return [job_cost(SWEEP, f"choice {i}", dict(step=challenge.STEP, **choice), profile)
+            for i, choice in enumerate(challenge.grid(world, challenge.global_batch(profile)))]
+
+
+def budget_rows(profile: Profile, students: int, rerun: float = RERUN_ALLOWANCE) -> list[dict[str, Any]]:
+    """Per notebook: jobs, GPU-hours per student, for the class, and for the class in instructor-run mode;
+    then the rerun allowance on the students' jobs, the challenge sweep and the dry run (once each)."""
     rows = []
+    everything = costs(profile)
+    own = 0.0             # GPU-h a student's own jobs take in instructor-run mode
     for nb in notebook_runs(profile):
-        mine = [c for c in costs(profile) if c.notebook == nb]
+        mine = [c for c in everything if c.notebook == nb]
         each = sum(c.gpu_hours for c in mine)
         costly = sum(c.gpu_hours for c in mine if c.costly)
+        once = sum(c.gpu_hours for c in mine if c.costly and not c.in_sweep)   # the sweep's jobs are its own row
+        own += each - costly
         rows.append({"notebook": nb, "jobs": len(mine), "max_gpus": max(c.gpus for c in mine),
                      "gpu_h_per_student": each, "gpu_h_class": each * students,
-                     "gpu_h_class_instructor_run": (each - costly) * students + costly})
+                     "gpu_h_class_instructor_run": (each - costly) * students + once})
+    per_student = sum(r["gpu_h_per_student"] for r in rows)
+    rows.append({"notebook": f"reruns: {rerun:.0%} of the students' jobs, an allowance", "jobs": None, "max_gpus": None,
+                 "gpu_h_per_student": rerun * per_student, "gpu_h_class": rerun * per_student * students,
+                 "gpu_h_class_instructor_run": rerun * own * students})
+    sweep = sweep_costs(profile)
+    swept = sum(c.gpu_hours for c in sweep)
+    rows.append({"notebook": SWEEP, "jobs": len(sweep), "max_gpus": max(c.gpus for c in sweep),
+                 "gpu_h_per_student": None, "gpu_h_class": swept, "gpu_h_class_instructor_run": swept})
+    # the dry run is one student's course; in instructor-run mode it is handed the instructor's costly jobs
+    rows.append({"notebook": DRY_RUN, "jobs": len(everything), "max_gpus": max(c.gpus for c in everything),
+                 "gpu_h_per_student": None, "gpu_h_class": per_student, "gpu_h_class_instructor_run": own})
     return rows
 
 
-def markdown(profile: Profile, students: int) -> str:
+def _cell(value: Any, fmt: str) -> str:
+    return "" if value is None else format(value, fmt)
+
+
+def markdown(profile: Profile, students: int, rerun: float = RERUN_ALLOWANCE) -> str:
     """The class-budget table of docs/instructor.md."""
-    rows = budget_rows(profile, students)
-    head = ("| notebook | jobs | largest job (GPUs) | GPU-h per student | GPU-h, class of "
+    rows = budget_rows(profile, students, rerun)
+    head = ("| part | jobs | largest job (GPUs) | GPU-h per student | GPU-h, class of "
             f"{students} | GPU-h, class of {students}, instructor runs the costly jobs |")
     lines = [head, "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        lines.append(f"| {r['notebook']} | {r['jobs']} | {r['max_gpus']} | {r['gpu_h_per_student']:.2f} | "
-                     f"{r['gpu_h_class']:.1f} | {r['gpu_h_class_instructor_run']:.1f} |")
-    total = {k: sum(r[k] for r in rows) for k in ("jobs", "gpu_h_per_student", "gpu_h_class",
-                                                   "gpu_h_class_instructor_run")}
-    lines.append(f"| **all** | {total['jobs']} | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
+        lines.append(f"| {r['notebook']} | {_cell(r['jobs'], 'd')} | {_cell(r['max_gpus'], 'd')} | "
+                     f"{_cell(r['gpu_h_per_student'], '.2f')} | {r['gpu_h_class']:.1f} | "
+                     f"{r['gpu_h_class_instructor_run']:.1f} |")
+    total = {k: sum(r[k] or 0 for r in rows) for k in ("gpu_h_per_student", "gpu_h_class", "gpu_h_class_instructor_run")}
+    lines.append(f"| **all** | | | {total['gpu_h_per_student']:.2f} | {total['gpu_h_class']:.1f} | "
                  f"{total['gpu_h_class_instructor_run']:.1f} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- disk
+GB = 1e9
+ADAMW_STATES = 2          # exp_avg and exp_avg_sq, fp32 like the sharded master weights
+
+
+def disk_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
+    """Bytes the course writes to the site's scratch folder (the profile's `[env] scratch`; none goes into a
+    student's folder, tests/test_disk.py checks): each checkpoint a notebook's job saves (fp32 weights and
+    AdamW's two states, over all shards) and notebook 05's merged full state dict, which its cell writes,
+    reads and removes. Computed from the model's shapes (workshop.results.memory), not measured on a GPU."""
+    from workshop.results.memory import get_arch
+    from workshop.slurm.steps import step_config
+
+    saving, merged, costly = 0.0, 0.0, 0.0
+    for nb, runs in notebook_runs(profile).items():
+        for name, spec in runs.items():
+            spec = dict(spec)
+            step = spec.pop("step")
+            cfg = step_config(step, profile, spec)
+            if not (cfg.checkpoint_at_end or cfg.checkpoint_every):
+                continue
+            arch = get_arch(cfg.model)
+            size = arch.params * 4 * (1 + ADAMW_STATES)
+            saving += size
+            costly += size if is_costly(cfg, profile, step) else 0.0
+            merged = max(merged, (arch.params + arch.vocab * arch.hidden) * 4)   # lm_head written as its own copy
+    return [{"what": "checkpoints (weights + AdamW state, fp32), kept", "per_student": saving,
+             "class": saving * students, "class_instructor_run": (saving - costly) * students + costly},
+            {"what": "notebook 05's merged state dict, while its cell runs", "per_student": merged,
+             "class": merged * students, "class_instructor_run": merged * students}]
+
+
+def disk_markdown(profile: Profile, students: int) -> str:
+    """The scratch table of docs/instructor.md, "Disk"."""
+    lines = [f"| in the scratch folder | GB per student | GB, class of {students} | GB, class of {students}, "
+             "instructor runs the costly jobs |", "| --- | ---: | ---: | ---: |"]
+    for r in disk_rows(profile, students):
+        lines.append(f"| {r['what']} | {r['per_student'] / GB:.2f} | {r['class'] / GB:.1f} | "
+                     f"{r['class_instructor_run'] / GB:.1f} |")
     return "\n".join(lines)
 
 
@@ -142,7 +222,7 @@ def instructor_run(profile: Profile) -> list[Any]:
                            'set instructor_jobs = "/shared/fsdp-workshop/instructor-jobs" under [course]')
     jobs = []
     for cost, spec in zip(costs(profile), [s for runs in notebook_runs(profile).values() for s in runs.values()]):
-        if cost.costly:
+        if cost.costly and not cost.in_sweep:      # a student's challenge choice is the sweep's job to run
             overrides = {k: v for k, v in spec.items() if k != "step"}
             jobs.append(submit(cost.step, profile=profile, overrides=overrides, jobs_dir=profile.instructor_jobs))
     return jobs
@@ -152,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m workshop.course.budget", description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default=None, help="site profile (name or .toml path)")
     ap.add_argument("--students", type=int, default=20)
+    ap.add_argument("--reruns", type=float, default=RERUN_ALLOWANCE,
+                    help=f"share of the students' jobs run again, planned for (default {RERUN_ALLOWANCE})")
     ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
     args = ap.parse_args(argv)
     try:
@@ -163,9 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ProfileError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(markdown(profile, args.students))
+    print(markdown(profile, args.students, args.reruns))
     per_student = sum(c.gpu_hours for c in costs(profile))
-    print(f"\nrequested allocation (GPUs x time limit), not measured use; {math.ceil(per_student)} GPU-h per student")
+    print(f"\nrequested allocation (GPUs x time limit), not measured use; {math.ceil(per_student)} GPU-h per student"
+          f" before reruns\n")
+    print(disk_markdown(profile, args.students))
+    print("\ncomputed from the model's shapes, not measured on a GPU")
     return 0
 
 

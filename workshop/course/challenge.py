@@ -21,7 +21,9 @@ in the feedback only, after grading, with its caveat: one run of each on a share
 within about 2x of each other are not ordered by it.
 
 Where the sweep comes from (`python -m workshop.course.challenge --profile SITE`, which submits the grid
-as ordinary jobs and writes the file):
+as ordinary jobs, into `[course] instructor_jobs` where the site hands notebook 03's jobs to the
+students (`instructor_steps = ["strategies"]`), and writes the file; its GPU-hours are a row of the class
+budget, `workshop.course.budget`):
 - a site with `[course] instructor_jobs` keeps it there, beside the instructor-run jobs every student
   can already read: `<instructor_jobs>/sweep-03.json`;
 - otherwise `slurm/profiles/sweeps/<profile>.json`, committed with the site's profile. The course
@@ -302,15 +304,26 @@ def run_sweep(profile: Profile, jobs_dir: Path, budget_mb: float | None = None,
                  signature(profile, overrides), rows)
 
 
+def sweep_jobs_dir(profile: Profile) -> Path:
+    """Where the sweep's jobs go: the instructor's shared folder when instructor-run mode covers this step
+    (`[course] instructor_steps`), so that a student's challenge job, one of the grid, is handed the sweep's
+    job; else `sweep-jobs/` here."""
+    if profile.instructor_jobs and STEP in profile.instructor_steps:
+        return Path(profile.instructor_jobs).expanduser()
+    return Path("sweep-jobs")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m workshop.course.challenge", description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default=None, help="site profile (name or .toml path)")
-    p.add_argument("--jobs-dir", default="sweep-jobs", help="where the grid's jobs go (default: sweep-jobs)")
+    p.add_argument("--jobs-dir", default="", help="where the grid's jobs go (default: the profile's instructor_jobs "
+                   "where its instructor_steps hand notebook 03's jobs over, so a student's choice is the sweep's own "
+                   "job; else sweep-jobs)")
     p.add_argument("--budget-mb", type=float, default=None, help="the budget (default: chosen so that it binds)")
     p.add_argument("--output", default="", help="the sweep file (default: the first place the notebook looks)")
     args = p.parse_args(argv)
     profile = load_profile(args.profile)
-    sweep = run_sweep(profile, Path(args.jobs_dir), args.budget_mb)
+    sweep = run_sweep(profile, Path(args.jobs_dir or sweep_jobs_dir(profile)), args.budget_mb)
     out = Path(args.output) if args.output else sweep_paths(profile)[0]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(sweep.to_json() + "\n")

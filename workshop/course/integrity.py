@@ -376,8 +376,8 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
 
 
 # What a submission folder holds besides its notebooks and jobs/: what the course's own code writes there
-# (merged/: notebook 05's full state dict, merged from a job's sharded checkpoint)
-COURSE_OUTPUTS = {"tables": {".csv"}, "plots": {".png"}, "merged": {".safetensors", ".json"}}
+# (model weights are none of them: notebook 05 merges its checkpoint in the scratch folder and removes it)
+COURSE_OUTPUTS = {"tables": {".csv"}, "plots": {".png"}}
 
 
 def written_files(gb: Any, notebooks: list[str], assignment: str) -> set[str]:

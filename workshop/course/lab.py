@@ -104,6 +104,18 @@ class Lab:
             mode = "grading: reading saved jobs only" if grading() else f"backend {self.profile.backend}"
             print(f"profile {self.profile.name!r} ({self.profile.description}); {mode}; jobs in {self.jobs_dir}/")
 
+    @property
+    def scratch(self) -> Path:
+        """This site's scratch folder for large, passing files (a merged checkpoint): the profile's
+        `[env] scratch`, else the system's temporary folder. Never the notebook's folder, which is collected."""
+        import tempfile
+
+        from workshop.slurm.profiles import scratch_folder
+
+        folder = scratch_folder(self.profile) or Path(tempfile.gettempdir())
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder
+
     # ------------------------------------------------------------------ configs and predictions
     def config(self, step: str, **changes: Any) -> RunConfig:
         """The config `run(step, **changes)` would submit (step < profile < notebook < this call).

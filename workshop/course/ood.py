@@ -5,9 +5,10 @@
 Two kinds of templating meet here, on purpose kept apart:
 
 * `@{name}` placeholders (the same syntax as `slurm/templates/`) are filled now, from the profile:
-  the form's partitions, GPU types, account, reservation and session minutes (capped by each
-  partition's MaxTime); the per-partition cores and
-  memory `submit.yml.erb` asks for; the environment set-up and exports of `template/script.sh.erb`.
+  the form's partitions (the CPU or interactive ones: `[ood] partition` and the profile's other
+  partitions without GPUs), account, reservation (`[ood] reservation`) and session minutes (capped by the
+  partition's MaxTime); the cores and memory of a session (`[ood] cpus`, `mem`: a notebook kernel's,
+  since the jobs train, not the session); the environment set-up and exports of `template/script.sh.erb`.
 * ERB (`<%= ... %>`) is left alone: Open OnDemand evaluates it when a student launches a session
   (the form's values, the node's host, port and password), exactly as in OOD's own Jupyter app.
 
@@ -27,7 +28,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from workshop.slurm.profiles import SLURM_DIR, Profile, ProfileError, current_env_activation, load_profile, time_seconds
+from workshop.slurm.profiles import SLURM_DIR, Partition, Profile, ProfileError, current_env_activation, load_profile, time_seconds
 from workshop.slurm.render import shell_value
 
 OOD_DIR = SLURM_DIR / "ood"
@@ -55,16 +56,26 @@ def max_minutes(max_time: str) -> int:
     return min(SESSION_MAX_MIN, time_seconds(max_time) // 60) if max_time else SESSION_MAX_MIN
 
 
+def session_partition(profile: Profile) -> Partition:
+    """The CPU or interactive partition JupyterLab sessions run on (`[ood] partition`)."""
+    if not profile.session_partition:
+        raise ProfileError(profile.source, "ood.partition", "the profile names no partition for JupyterLab sessions, "
+                           "and a session on a GPU partition would hold a GPU node's cores and memory while its "
+                           "student edits notebooks", "add [slurm.partitions.<key>] for your CPU or interactive "
+                           "partition (gpus_per_node = 0) and [ood] partition = \"<key>\"")
+    part = profile.partitions[profile.session_partition]
+    if not part.name:
+        raise ProfileError(profile.source, f"slurm.partitions.{part.key}.name", "the session partition has no Slurm "
+                           "name", "write name = \"...\" as `sinfo -s` prints it")
+    return part
+
+
 def session_minutes(profile: Profile) -> tuple[int, int]:
-    """(default, maximum) minutes of a session on the profile's default partition: the profile's
-    time, rounded up to the form's step, never beyond the partition's limit."""
-    cap = max_minutes(profile.partitions[profile.partition].max_time)
+    """(default, maximum) minutes of a session on its partition: the profile's time, rounded up to the
+    form's step, never beyond the partition's limit."""
+    cap = max_minutes(session_partition(profile).max_time)
     wanted = math.ceil(time_seconds(profile.time) / 60 / SESSION_STEP_MIN) * SESSION_STEP_MIN
     return max(min(wanted, cap), min(SESSION_STEP_MIN, cap)), cap
-
-
-def _ruby_hash(values: dict[str, int]) -> str:
-    return "{" + ", ".join(f"{json.dumps(k)} => {v}" for k, v in values.items()) + "}"
 
 
 def site_values(profile: Profile, cluster: str | None = None, course_dir: str = "~/fsdp-workshop") -> dict[str, str]:
@@ -72,21 +83,10 @@ def site_values(profile: Profile, cluster: str | None = None, course_dir: str = 
     if profile.backend != "slurm":
         raise ProfileError(profile.source, "backend", "Open OnDemand submits to Slurm, but this profile runs "
                            "locally", "render the app for your site's Slurm profile (e.g. --profile example-hpc)")
-    parts = [p for p in profile.partitions.values() if p.name]
-    if not parts:
-        raise ProfileError(profile.source, "slurm.partitions", "no partition has a Slurm name",
-                           "give each [slurm.partitions.<key>] a name = \"...\" as `sinfo -s` prints it")
-    default = profile.partitions[profile.partition]
-    options = []
-    for p in parts:
-        label = p.name + (f": {p.gpus_per_node} x {p.gpu_name or p.gpu_type or 'GPU'} per node" if p.gpus_per_node
-                          else ": no GPUs")
-        extra = [f"data-max-num-gpus: {p.gpus_per_node}", f"data-max-session-minutes: {max_minutes(p.max_time)}"]
-        if p.gpu_type:
-            extra.append(f"data-set-gpu-type: {_q(p.gpu_type)}")
-        options.append(f"      - [{_q(label)}, {_q(p.name)}, {', '.join(extra)}]")
-    gpu_types = sorted({p.gpu_type for p in parts if p.gpu_type})
-    type_options = [f"      - [{_q('any')}, {_q('')}]"] + [f"      - [{_q(t)}, {_q(t)}]" for t in gpu_types]
+    default = session_partition(profile)
+    parts = [default] + [p for p in profile.partitions.values() if p.name and not p.gpus_per_node and p is not default]
+    options = [f"      - [{_q(p.name + ': no GPUs')}, {_q(p.name)}, data-max-session-minutes: {max_minutes(p.max_time)}]"
+               for p in parts]
     setup = list(profile.setup) or current_env_activation()
     workshop_profile = profile.name if Path(profile.source).parent == SLURM_DIR / "profiles" else profile.source
     exports = [f"export WORKSHOP_PROFILE={shlex.quote(workshop_profile)}"]
@@ -100,18 +100,16 @@ def site_values(profile: Profile, cluster: str | None = None, course_dir: str = 
         "site": profile.description or profile.name,
         "cluster": _q(cluster or profile.name),
         "course_dir": _q(course_dir),
-        "partition": _q(default.name or parts[0].name),
+        "partition": _q(default.name),
         "partition_options": "\n".join(options),
         "account": _q(profile.account),
-        "reservation": _q(profile.reservation),
+        "reservation": _q(profile.session_reservation),
         "minutes": str(session_minutes(profile)[0]),
         "min_minutes": str(min(SESSION_STEP_MIN, min(max_minutes(p.max_time) for p in parts))),
         "max_minutes": str(session_minutes(profile)[1]),
-        "gpu_type_options": "\n".join(type_options),
-        "max_gpus": str(max(p.gpus_per_node for p in parts)),
-        "cpus_per_gpu": _ruby_hash({p.name: p.cpus_per_proc for p in parts}),
-        "mem_mb_per_gpu": _ruby_hash({p.name: _mem_mb(p.mem_per_proc) for p in parts}),
-        "gpu_flag": "--gpus-per-node=" if profile.gpu_request != "gres" else "--gres=gpu:",
+        "session_cpus": str(profile.session_cpus),
+        "session_mem_mb": str(_mem_mb(profile.session_mem)),
+        "session_mem": profile.session_mem,
         "setup": "\n".join(setup),
         "exports": "\n".join(exports),
     }

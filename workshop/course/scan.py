@@ -20,7 +20,8 @@ tables and the student's own functions, so in a cell the student wrote
 - a reference-only function (`REFERENCE_NAMES`, `REFERENCE_MODULES`): the course code a test cell computes
   its reference with, such as the memory model's `estimate` or `workshop.training.fsdp_rules`,
 - a lesson tool that answers any case it is asked (`lab.predict`, `explore`) called inside a function of
-  the student's: a graded function is checked on cases no cell printed, and wrapping the tool is not a rule
+  the student's, under its own name or another they bound it to (`ask = lab.predict`, a partial, an import
+  as): a graded function is checked on cases no cell printed, and wrapping the tool is not a rule
 
 is a finding. `workshop.course.integrity` withholds the points of every test that runs after a flagged cell.
 
@@ -322,6 +323,40 @@ def debug_aliases(sources: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def tool_aliases(sources: Iterable[str]) -> dict[str, str]:
+    """{name: tool} for every name these cells bind to a lesson tool itself rather than to an answer it
+    gave: `ask = lab.predict`, `ask = functools.partial(lab.predict, ...)`, `again = ask`,
+    `from workshop.course.explorer import explore as ex`. Calling such a name inside a function is calling
+    the tool (`peak = lab.predict(...)["peak"]` binds an answer, not the tool)."""
+    out: dict[str, str] = {}
+    trees = [t for t in (parse(s) for s in sources) if t is not None]
+
+    def tool_in(value: ast.AST) -> str | None:
+        calls = {id(n.func) for n in ast.walk(value) if isinstance(n, ast.Call)}
+        for node in ast.walk(value):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
+            if id(node) not in calls and isinstance(getattr(node, "ctx", None), ast.Load):
+                if name in TOOLS:
+                    return TOOLS[name]
+                if isinstance(node, ast.Name) and name in out:
+                    return out[name]
+        return None
+
+    while True:   # until no new alias appears (an alias of an alias)
+        before = dict(out)
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom):
+                    out.update({a.asname: TOOLS[a.name] for a in node.names if a.asname and a.name in TOOLS})
+                elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
+                    tool = tool_in(node.value)
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    for target in targets if tool else ():
+                        out.update({n.id: tool for n in ast.walk(target) if isinstance(n, ast.Name)})
+        if out == before:
+            return out
+
+
 def _debug_use(node: ast.Name, module: str, parents: dict[int, ast.AST]) -> tuple[str, bool]:
     """The dotted use of a debugging module that starts at `node` (`sys.version_info.major`), and whether it
     only reads: a listed use (DEBUG_USES), an attribute of a listed value, or a chain printed as it is."""
@@ -364,11 +399,13 @@ def _magic_calls(tree: ast.AST) -> tuple[set[int], list[tuple[int, str]]]:
 
 
 def findings(source: str, protected: set[str], modules: set[str], key: set[str] | frozenset[str] = frozenset(),
-             debug: dict[str, str] | None = None, theirs: set[str] | frozenset[str] = frozenset()) -> list[tuple[int, str]]:
+             debug: dict[str, str] | None = None, theirs: set[str] | frozenset[str] = frozenset(),
+             tools: dict[str, str] | None = None) -> list[tuple[int, str]]:
     """(line, what) for every suspect construct in one cell's source (a cell the student could edit).
 
     `debug`: the debugging modules' names in the notebook (`debug_aliases`); by default this cell's own imports.
-    `theirs`: names the student's cells bind by assignment (a `traffic = ...` of theirs is not the module)."""
+    `theirs`: names the student's cells bind by assignment (a `traffic = ...` of theirs is not the module).
+    `tools`: names bound to a lesson tool in the notebook (`tool_aliases`); by default this cell's own."""
     tree = parse(source)
     if tree is None:
         return []
@@ -376,6 +413,7 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
     own = _bound(source)
     read = _read(source)
     debug = debug_aliases([source]) if debug is None else {**debug, **debug_aliases([source])}
+    tools = tool_aliases([source]) if tools is None else {**tools, **tool_aliases([source])}
     rebound = protected & own   # a comprehension's `name` or a function's local is not the test's
     for name in sorted((key - own) & read):
         out.append((0, f"reads `{name}`, which the instructor's cells bind for the tests (the answer key)"))
@@ -386,7 +424,7 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
     parents = _parents(tree)
     skip_names, magic_code = _magic_calls(tree)
     for line, code in magic_code:   # what %time and %timeit run is the student's code too
-        out += [(line, what) for _, what in findings(code, protected, modules, key, debug, theirs)]
+        out += [(line, what) for _, what in findings(code, protected, modules, key, debug, theirs, tools)]
     # the student's own modules (import x as y) and classes: where an attribute assignment lands
     imported = set(modules)
     classes: list[ast.ClassDef] = []
@@ -501,9 +539,12 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
     for function in functions:
         for node in ast.walk(function):
             name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
-            if name in TOOLS and isinstance(getattr(node, "ctx", None), ast.Load):
-                out.append((getattr(node, "lineno", 0), f"a function of yours calls `{TOOLS[name]}`: the tests call your "
-                                                        "function on cases of their own, so it must hold the rule itself"))
+            tool = TOOLS.get(name) or (tools.get(name) if isinstance(node, ast.Name) else None)
+            if tool and isinstance(getattr(node, "ctx", None), ast.Load):
+                alias = f" (as `{name}`)" if name not in TOOLS else ""
+                out.append((getattr(node, "lineno", 0), f"a function of yours calls `{tool}`{alias}: the tests call "
+                                                        "your function on cases of their own, so it must hold the "
+                                                        "rule itself"))
     return out
 
 
@@ -522,6 +563,7 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozen
                 if isinstance(node, (ast.Import, ast.ImportFrom)):
                     modules.update((a.asname or a.name).split(".")[0] for a in node.names)
     debug = debug_aliases(cell.locked_source or cell.source for cell in cells)
+    tools = tool_aliases(cell.source for cell in cells if cell.locked_source is None)
     # names the student binds by assignment and nothing imports (`sys = sys` does not make `sys` theirs)
     theirs = set().union(*(_bound(c.source) - _imported(c.source) for c in cells if c.locked_source is None))
     theirs -= set().union(*(_imported(c.locked_source or c.source) for c in cells))
@@ -532,7 +574,7 @@ def scan_findings(cells: list[Cell], protected: set[str], key: set[str] | frozen
                 reasons.append((i, f"{cell.label}: a locked cell was edited (nbgrader ran the original)"))
             continue
         seen: set[str] = set()
-        for line, what in sorted(findings(cell.source, protected, modules, key, debug, theirs)):
+        for line, what in sorted(findings(cell.source, protected, modules, key, debug, theirs, tools)):
             if what not in seen:
                 seen.add(what)
                 reasons.append((i, f"{cell.label} line {line}: {what}" if line else f"{cell.label}: {what}"))

@@ -184,8 +184,9 @@ def hub_offline(log: ParsedLog) -> list[Finding]:
         return []
     return [Finding("The model or tokenizer was not on disk and the Hub cannot be reached (compute nodes are offline)",
                     [h.text for h in hits[:2]],
-                    "download it once on a login node (`huggingface-cli download bigscience/bloom-560m`) into a "
-                    "shared HF_HOME, or use model=bloom-560m-random / tiny, which need no Hub", "hub_offline")]
+                    "fill the shared HF_HOME once on a login node (`workshop prefetch --profile <site>`: the model "
+                    "and SQuAD, then a read-only offline load), or use model=bloom-560m-random / tiny, which need "
+                    "no Hub", "hub_offline")]
 
 
 _GATE = re.compile(r"(?:bus ?bandwidth|busbw).*(?:below|too low)|(?:below|too low).*(?:GB/s|bandwidth)", re.I)

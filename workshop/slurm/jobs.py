@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from workshop.training import wrap_function
+from workshop.training.accelerate_yaml import FILE as ACCELERATE_FILE, to_yaml
 from workshop.training.config import ConfigError, RunConfig, load_config
-from workshop.slurm.profiles import Profile, load_profile
+from workshop.slurm.profiles import Profile, load_profile, scratch_folder
 from workshop.slurm import local_backend, slurm_backend
 from workshop.slurm.records import JobRecord, JobState, find_record, now
 from workshop.slurm.render import render
@@ -36,6 +37,7 @@ MIN_FREE_MB = 64
 STEP_LINE = re.compile(r"\[workshop\] step (\d+)/(\d+)")
 # "[rank0]: workshop.training.sharding.ShardingMismatch: asked for ..." / "ValueError: ..."
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?(error: .+)")   # workshop.training.train's one-line ConfigError
+START_LINE = re.compile(r"^\[job\] start (\S+)", re.M)
 EXCEPTION_LINE = re.compile(r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Mismatch|Interrupt)): (.+)")
 
 
@@ -65,6 +67,12 @@ class Job:
     @property
     def run_dir(self) -> Path:
         return self.record.run_dir
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where the job's checkpoint-N folders are: its config's checkpoint_dir (the site's scratch folder,
+        or the instructor's shared one), else its run/ folder."""
+        return checkpoint_root(self.job_dir)
 
     @property
     def script(self) -> str:
@@ -130,23 +138,40 @@ class Job:
 
     def log_marks(self) -> tuple[bool, bool]:
         """(started, ended well) from the job's own log: `[job] start` near its top, `[job] end` last."""
-        try:
-            with open(self.log_path, errors="replace") as f:
-                head = f.read(16384)
-        except FileNotFoundError:
-            return False, False
+        head = self._log_head()
         started = "\n[job] start " in f"\n{head}"
         return started, started and self.tail(2).rstrip().rsplit("\n", 1)[-1].startswith("[job] end ")
 
+    def _log_head(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read(16384)
+        except FileNotFoundError:
+            return ""
+
+    def log_times(self) -> tuple[datetime | None, datetime | None]:
+        """The stamps of the log's `[job] start` (near its top) and `[job] end` (its last line, so a job
+        that ended well); None where the log does not say it (yet)."""
+        m = START_LINE.search(self._log_head())
+        if m is None:
+            return None, None
+        last = self.tail(2).rstrip().rsplit("\n", 1)[-1]
+        words = last.split()
+        return _stamp(m.group(1)), (_stamp(words[2]) if len(words) > 2 and last.startswith("[job] end ") else None)
+
     def elapsed(self) -> float | None:
-        """Run time by the scheduler's clock: Slurm's Elapsed once it ended, else since Slurm's start."""
+        """Run time: Slurm's Elapsed once it ended; until then the job's own stamps, one clock (its log's
+        `[job] start` to its `[job] end`, or to now while it runs), so that a job of a few seconds shows its
+        time while the poller waits for its next slot. Slurm's Start stands in for a log without a stamp."""
         rec = self.record
         if rec.elapsed_s is not None:
             return rec.elapsed_s
-        if rec.started_at is None:
+        start, end = self.log_times()
+        if start is None and rec.started_at is not None:
+            start = datetime.fromisoformat(rec.started_at).astimezone()   # sacct's Start is local time
+        if start is None:
             return None
-        start = datetime.fromisoformat(rec.started_at)
-        return max(0.0, (datetime.now(start.tzinfo) - start).total_seconds())
+        return max(0.0, ((end or datetime.now(start.tzinfo)) - start).total_seconds())
 
     def _slurm_times(self, state: JobState | None) -> None:
         start, elapsed = slurm_backend.POLLER.times(self.job_id)
@@ -214,10 +239,19 @@ class Job:
         return ""
 
 
+def _stamp(text: str) -> datetime | None:
+    """A log's stamp (`date -Is` or to the millisecond), as an aware time; None if it is not one."""
+    try:
+        return datetime.fromisoformat(text).astimezone()
+    except ValueError:
+        return None
+
+
 def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
     """Short hash of what makes two submissions the same job."""
     # output_dir is the job folder itself; resume continues the same job, it is not another one
-    payload = {"step": step, "config": {k: v for k, v in config.to_dict().items() if k not in ("output_dir", "resume")},
+    payload = {"step": step, "config": {k: v for k, v in config.to_dict().items()
+                                        if k not in ("output_dir", "resume", "checkpoint_dir")},
                "profile": [profile.name, profile.digest], "name": name}
     if config.wrap_function:     # the file's content, not its name: an edited function is another job
         payload["wrap_function_sha256"] = wrap_function.digest(config)
@@ -270,18 +304,23 @@ class Submission:
                 history = old.history + [{"job_id": old.job_id, "state": old.state, "submitted_at": old.submitted_at}]
                 if old.run_dir.exists() and not cfg.resume:
                     shutil.move(str(old.run_dir), str(job_dir / f"run-{old.job_id}"))
+                if not cfg.resume:
+                    drop_outside_checkpoints(job_dir)     # starting over: a resume must not find the old ones
             (job_dir / "job.sh").write_text(self.script)
             (job_dir / "job.sh").chmod(0o755)
             cfg = wrap_function.carry(cfg, job_dir)     # the job runs its own copy of the student's file
             cfg.to_json(job_dir / "config.json")
+            if cfg.launcher == "accelerate":   # the accelerate config its launch reads, written from config.json
+                (job_dir / ACCELERATE_FILE).write_text(f"# {ACCELERATE_FILE} of job folder {job_dir.name}: written from "
+                                                       f"its config.json\n{to_yaml(cfg)}")
             rec = JobRecord(job_id="", backend=prof.backend, step=self.step, profile=prof.name, name=self.job_name,
-                            job_dir=str(job_dir), history=history)
+                            job_dir=str(job_dir), history=history, sacct_interval_s=prof.sacct_interval_s)
             if prof.backend == "local":
                 cpus = cfg.procs_per_node * prof.partition_for(self.step).cpus_per_proc
                 rec.job_id = local_backend.submit(rec, prof, cpus, job_dir.parent, nodes=cfg.nodes)
             else:
                 rec.job_id = slurm_backend.submit(rec)
-                slurm_backend.POLLER.watch(rec.job_id)
+                slurm_backend.POLLER.watch(rec.job_id, rec.sacct_interval_s)
             rec.save()
         return Job(rec)
 
@@ -301,11 +340,42 @@ def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Pr
     job_name = name or f"workshop-{step}"
     jobs_root = Path(jobs_dir).resolve()
     job_dir = jobs_root / f"{step}-{job_key(step, cfg, prof, job_name)}"
-    cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run"), "resume": resume or cfg.resume})
+    cfg = load_config(base=cfg, overrides={"output_dir": str(job_dir / "run"), "resume": resume or cfg.resume,
+                                           "checkpoint_dir": checkpoint_folder(prof, jobs_root, job_dir)})
     linked = job_dir.is_symlink() or not job_dir.exists()
-    shared = shared_job(prof, cfg, jobs_root, job_dir.name) if linked else None
+    shared = shared_job(prof, cfg, jobs_root, job_dir.name, step) if linked else None
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
     return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared)
+
+
+def checkpoint_folder(profile: Profile, jobs_root: Path, job_dir: Path) -> str:
+    """Where a job's checkpoints go, so that none lands in a student's folder (collected, copied at grading):
+    a job run into the instructor's shared folder keeps them in its `checkpoints/` (every student reads
+    notebook 05's from there), any other under the profile's scratch folder, one folder per job folder
+    (resume finds it again); "" (the job's run/) only for a profile that names no scratch."""
+    if profile.instructor_jobs and jobs_root == Path(profile.instructor_jobs).expanduser().resolve():
+        return str(jobs_root / "checkpoints" / job_dir.name)
+    scratch = scratch_folder(profile)
+    if scratch is None:
+        return ""
+    where = hashlib.sha256(str(job_dir).encode()).hexdigest()[:8]     # two course folders, two checkpoint folders
+    return str(scratch / "checkpoints" / f"{job_dir.name}-{where}")
+
+
+def checkpoint_root(job_dir: Path) -> Path:
+    """The checkpoint folder a job's config.json names (its run/ without one)."""
+    try:
+        named = json.loads((Path(job_dir) / "config.json").read_text()).get("checkpoint_dir") or ""
+    except (OSError, ValueError):
+        named = ""
+    return Path(named) if named else Path(job_dir) / "run"
+
+
+def drop_outside_checkpoints(job_dir: Path) -> None:
+    """Remove a job's checkpoints kept outside its folder (scratch), before the job starts over."""
+    folder = checkpoint_root(job_dir)
+    if folder != Path(job_dir) / "run" and folder.is_dir():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class JobsDirError(OSError):
@@ -339,7 +409,7 @@ def check_writable(jobs_root: Path, min_free_mb: int = MIN_FREE_MB) -> None:
     if free_mb < min_free_mb:
         raise JobsDirError(errno.ENOSPC, f"jobs folder {str(folder)!r} has {free_mb:.1f} MB free, less than the "
                            f"{min_free_mb} MB a job's log and results need: nothing was submitted. Fix: free "
-                           f"space there (old jobs' checkpoints: `du -sh {folder}/*/run/checkpoint-*`), or {fix}")
+                           f"space there (old jobs: `du -sh {folder}/*`), or {fix}")
 
 
 def _check_resumable(job_dir: Path) -> None:
@@ -349,8 +419,9 @@ def _check_resumable(job_dir: Path) -> None:
     if not (job_dir / "job.json").is_file():
         raise ConfigError("resume", f"there is no earlier job of this step and config in {str(job_dir)!r}",
                           "submit it without resume first (the same step, config and profile)")
-    if latest_checkpoint(job_dir / "run") is None:
-        raise ConfigError("resume", f"the earlier job in {str(job_dir)!r} saved no checkpoint in run/",
+    if latest_checkpoint(checkpoint_root(job_dir)) is None:
+        raise ConfigError("resume", f"the earlier job in {str(job_dir)!r} saved no checkpoint in "
+                          f"{str(checkpoint_root(job_dir))!r}",
                           "resubmit it to start over (resubmit=True / --resubmit), with checkpoint_every=N, "
                           "or on a profile with signal_lead_s, so that the next time limit leaves a checkpoint")
 

@@ -32,6 +32,10 @@ PROFILES_DIR = SLURM_DIR / "profiles"
 TEMPLATES_DIR = SLURM_DIR / "templates"
 
 BACKENDS = ("slurm", "local")
+# [nccl] variables: NCCL's own and those of the network plugins NCCL loads (aws-ofi-nccl and libfabric:
+# FI_*, OFI_NCCL_*; nccl-rdma-sharp-plugins: UCX_*, SHARP_COLL_*). Anything else belongs in [env.variables].
+NCCL_PREFIXES = ("NCCL_", "FI_", "OFI_NCCL_", "UCX_", "SHARP_COLL_")
+_NCCL_LIST = re.compile(r"^\^?=?[A-Za-z0-9_.:-]+(,[A-Za-z0-9_.:-]+)*$")   # NCCL's list syntax: ^ excludes, = exact
 GPU_REQUESTS = ("gpus-per-node", "gres", "none")
 _MEM = re.compile(r"^(\d+)([KMGT])$")
 _TIME = re.compile(r"^(\d+-)?\d{1,2}(:\d{2}){0,2}$")
@@ -84,12 +88,22 @@ class Profile:
     setup: tuple[str, ...] = ()
     python_env: str = ""                          # "current": activate this interpreter's environment
     hf_home: str = ""
+    scratch: str = ""                             # [env]: checkpoints go here, never into a student's folder
     wandb_mode: str = "disabled"
     env: Mapping[str, str] = field(default_factory=dict)
     min_busbw_GBps: float = 0.0                   # the gate: bus bandwidth at the largest message, GB/s
     bandwidth_max_bytes: str = ""
     instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.course.budget)
     instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
+    nccl: Mapping[str, str] = field(default_factory=dict)   # [nccl]: NCCL_* and network-plugin variables, rendered
+    nccl_plugin_path: str = ""                    # [nccl] plugin_path: the plugin's folder, first on LD_LIBRARY_PATH
+    session_partition: str = ""                   # [ood] partition: key of the CPU partition JupyterLab sessions use
+    session_cpus: int = 2                         # [ood] cpus: a notebook kernel's cores
+    session_mem: str = "4G"                       # [ood] mem: a notebook kernel's memory
+    session_reservation: str = ""                 # [ood] reservation: one that holds the session partition's nodes
+    watch_kernels: int = 0                        # [slurm.watch] kernels: notebook kernels watching jobs at once
+    watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
+    instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -101,6 +115,12 @@ class Profile:
 
     def time_for(self, step: str) -> str:
         return self.step_slurm.get(step, {}).get("time", self.time)
+
+    @property
+    def sacct_interval_s(self) -> float:
+        """Seconds between two Slurm queries of one kernel so that the class stays within the site's rate:
+        `kernels / sacct_per_s` ([slurm.watch]); 0 when the profile names no class size (the helper's floor)."""
+        return self.watch_kernels / self.watch_sacct_per_s if self.watch_kernels else 0.0
 
     def run_defaults(self, step: str) -> dict[str, Any]:
         """RunConfig values this site sets for a step: `[run]` then `[run.<step>]`."""
@@ -213,8 +233,16 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["gpu_request"] = _take(slurm, "gpu_request", str, "gpus-per-node", source, "slurm.")
     kw["signal_lead_s"] = _take(slurm, "signal_lead_s", int, 0, source, "slurm.")
     steps = dict(_take(slurm, "steps", dict, {}, source, "slurm."))
+    watch = dict(_take(slurm, "watch", dict, {}, source, "slurm."))
     _no_leftovers(slurm, source, "slurm.", "partition, partitions, account, reservation, constraint, qos, time, "
-                  "gpu_request, signal_lead_s, steps")
+                  "gpu_request, signal_lead_s, steps, watch")
+    kw["watch_kernels"] = _take(watch, "kernels", int, 0, source, "slurm.watch.")
+    kw["watch_sacct_per_s"] = _take(watch, "sacct_per_s", float, 1.0, source, "slurm.watch.")
+    _no_leftovers(watch, source, "slurm.watch.", "kernels, sacct_per_s")
+    if kw["watch_kernels"] < 0 or kw["watch_sacct_per_s"] <= 0:
+        raise ProfileError(source, "slurm.watch", f"kernels = {kw['watch_kernels']}, sacct_per_s = "
+                           f"{kw['watch_sacct_per_s']:g}: both must be positive", "write the class size (students "
+                           "and instructors watching at once) and the sacct calls per second your site allows them")
     if kw["partition"] not in partitions:
         raise ProfileError(source, "slurm.partition", f"{kw['partition']!r} is not a [slurm.partitions.*] table",
                            f"use one of {', '.join(partitions)}")
@@ -256,6 +284,10 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            "use \"current\" (activate the interpreter that submits) or leave it out and "
                            "activate in setup")
     kw["hf_home"] = _take(env, "hf_home", str, "", source, "env.")
+    kw["scratch"] = _take(env, "scratch", str, "", source, "env.")
+    if "\n" in kw["scratch"] or "%" in kw["scratch"]:
+        raise ProfileError(source, "env.scratch", f"{kw['scratch']!r} has a newline or a %", "write a folder path, "
+                           'e.g. "/scratch/$USER/fsdp-workshop"')
     kw["wandb_mode"] = _take(env, "wandb_mode", str, "disabled", source, "env.")
     if kw["wandb_mode"] not in ("disabled", "offline", "online"):
         raise ProfileError(source, "env.wandb_mode", f"unknown value {kw['wandb_mode']!r}",
@@ -266,7 +298,7 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
             raise ProfileError(source, f"env.variables.{k}", "must be NAME = \"value\"",
                                "use a shell variable name and a string value")
     kw["env"] = {k: str(v) for k, v in variables.items()}
-    _no_leftovers(env, source, "env.", "setup, python_env, hf_home, wandb_mode, variables")
+    _no_leftovers(env, source, "env.", "setup, python_env, hf_home, scratch, wandb_mode, variables")
 
     bw = dict(_take(data, "bandwidth", dict, {}, source, ""))
     if "min_busbw_gbps" in bw:
@@ -276,16 +308,97 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["bandwidth_max_bytes"] = _take(bw, "max_bytes", str, "", source, "bandwidth.")
     _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes")
 
+    kw.update(_parse_nccl(dict(_take(data, "nccl", dict, {}, source, "")), source))
+    kw.update(_parse_ood(dict(_take(data, "ood", dict, {}, source, "")), partitions, source))
+
     course = dict(_take(data, "course", dict, {}, source, ""))
     kw["instructor_jobs"] = _take(course, "instructor_jobs", str, "", source, "course.")
     kw["instructor_min_gpus"] = _take(course, "instructor_min_gpus", int, 8, source, "course.")
-    _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus")
+    steps_run = _take(course, "instructor_steps", list, [], source, "course.")
+    if not all(isinstance(x, str) and re.fullmatch(r"\w+", x) for x in steps_run):
+        raise ProfileError(source, "course.instructor_steps", f"{steps_run!r} is not a list of step names",
+                           'write e.g. instructor_steps = ["strategies"]')
+    kw["instructor_steps"] = tuple(steps_run)
+    _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
     kw["run_steps"] = {step: _coerce_run(dict(v), source, f"run.{step}.") for step, v in run_steps.items()}
-    _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [bandwidth], [course], [run]")
+    _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [nccl], [ood], [bandwidth], "
+                  "[course], [run]")
     return Profile(**kw)
+
+
+def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:
+    """[nccl]: the site's fabric for NCCL, rendered into every training and bandwidth script.
+
+    socket_ifname -> NCCL_SOCKET_IFNAME (bootstrap and socket transport), ib_hca -> NCCL_IB_HCA,
+    net_plugin -> NCCL_NET_PLUGIN, plugin_path (the plugin's libnccl-net*.so) first on LD_LIBRARY_PATH,
+    variables: any other NCCL_* or plugin variable (FI_*, OFI_NCCL_*, UCX_*, SHARP_COLL_*)."""
+    where = "nccl."
+    out: dict[str, str] = {}
+    for key, var in (("socket_ifname", "NCCL_SOCKET_IFNAME"), ("ib_hca", "NCCL_IB_HCA")):
+        value = _take(nccl, key, str, "", source, where)
+        if value and not _NCCL_LIST.match(value):
+            raise ProfileError(source, where + key, f"{value!r} is not a list NCCL reads",
+                               f"write names separated by commas, as `{'ip -br link' if key == 'socket_ifname' else 'ibv_devinfo -l'}`"
+                               " prints them (a leading ^ excludes, = matches exactly), e.g. \"ib0\" or \"mlx5_0,mlx5_1\"")
+        if value:
+            out[var] = value
+    plugin = _take(nccl, "net_plugin", str, "", source, where)
+    if plugin and not re.fullmatch(r"[A-Za-z0-9_.-]+", plugin):
+        raise ProfileError(source, where + "net_plugin", f"{plugin!r} is not a plugin name",
+                           'write the suffix of its libnccl-net-<name>.so, e.g. "ofi"')
+    if plugin:
+        out["NCCL_NET_PLUGIN"] = plugin
+    plugin_path = _take(nccl, "plugin_path", str, "", source, where)
+    if plugin_path and (not plugin_path.startswith(("/", "$")) or ":" in plugin_path or "\n" in plugin_path):
+        raise ProfileError(source, where + "plugin_path", f"{plugin_path!r} is not one absolute folder",
+                           "write the folder that holds the plugin's libnccl-net*.so, e.g. \"/opt/aws-ofi-nccl/lib\"")
+    variables = dict(_take(nccl, "variables", dict, {}, source, where))
+    _no_leftovers(nccl, source, where, "socket_ifname, ib_hca, net_plugin, plugin_path, variables")
+    for k, v in variables.items():
+        if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) or not k.startswith(NCCL_PREFIXES):
+            raise ProfileError(source, f"nccl.variables.{k}", f"is not a variable of NCCL or of a network plugin "
+                               f"({', '.join(p + '*' for p in NCCL_PREFIXES)})",
+                               "put other variables in [env.variables]")
+        if not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            raise ProfileError(source, f"nccl.variables.{k}", "must be NAME = \"value\"", f'write {k} = "..."')
+        if k in out:
+            raise ProfileError(source, f"nccl.variables.{k}", "is set by a field of [nccl] already",
+                               "set it once, in its field (socket_ifname, ib_hca or net_plugin)")
+        out[k] = str(v)
+    return {"nccl": out, "nccl_plugin_path": plugin_path}
+
+
+def _parse_ood(ood: dict[str, Any], partitions: Mapping[str, Partition], source: str) -> dict[str, Any]:
+    """[ood]: where Open OnDemand's JupyterLab sessions run. A session edits notebooks, submits jobs and
+    plots their logs: it needs a kernel's cores and a few GB, on a CPU or interactive partition, never
+    a GPU node (20 sessions there would hold the memory a full-node job needs)."""
+    where = "ood."
+    key = _take(ood, "partition", str, "", source, where)
+    cpus = _take(ood, "cpus", int, 2, source, where)
+    mem = _take(ood, "mem", str, "4G", source, where)
+    reservation = _take(ood, "reservation", str, "", source, where)
+    _no_leftovers(ood, source, where, "partition, cpus, mem, reservation")
+    if not re.fullmatch(r"[A-Za-z0-9_.,-]*", reservation):
+        raise ProfileError(source, where + "reservation", f"{reservation!r} is not a reservation name",
+                           "use the name `scontrol show reservation` prints")
+    if key and key not in partitions:
+        raise ProfileError(source, where + "partition", f"{key!r} is not a [slurm.partitions.*] table",
+                           f"add [slurm.partitions.{key}] (its Slurm name, gpus_per_node = 0, mem_per_node, max_time) "
+                           f"or use one of {', '.join(partitions)}")
+    if key and partitions[key].gpus_per_node:
+        raise ProfileError(source, where + "partition", f"{key!r} is a GPU partition ({partitions[key].gpus_per_node} "
+                           "GPUs per node): every JupyterLab session would hold a GPU node's cores and memory",
+                           "name a CPU or interactive partition (a [slurm.partitions.*] table with gpus_per_node = 0)")
+    if cpus < 1 or not _MEM.match(mem):
+        raise ProfileError(source, where + ("cpus" if cpus < 1 else "mem"), f"cpus = {cpus}, mem = {mem!r}",
+                           'write a notebook kernel\'s share, e.g. cpus = 2 and mem = "4G"')
+    if key and partitions[key].mem_per_node and mem_mb(mem) > mem_mb(partitions[key].mem_per_node):
+        raise ProfileError(source, where + "mem", f"{mem} is more than a node of {key!r} has "
+                           f"({partitions[key].mem_per_node})", "a notebook kernel needs a few GB: write e.g. \"4G\"")
+    return {"session_partition": key, "session_cpus": cpus, "session_mem": mem, "session_reservation": reservation}
 
 
 def _coerce_run(values: dict[str, Any], source: str, where: str) -> dict[str, Any]:
@@ -335,6 +448,24 @@ def _check_partition_fits(p: Partition, source: str, where: str) -> None:
         raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc} x {max(1, p.gpus_per_node)} processes "
                            f"is more than a node's {p.mem_per_node}: a full-node job would never start",
                            f"ask for at most {mem_mb(p.mem_per_node) // max(1, p.gpus_per_node) // 1024}G per process")
+
+
+def scratch_folder(profile: Profile) -> Path | None:
+    """The profile's scratch folder for the submitting user: `~` and `$VARS` expanded ($USER is the
+    submitter, whether or not the shell exported it); None when the profile names none."""
+    if not profile.scratch:
+        return None
+    import getpass
+
+    env = {"USER": getpass.getuser(), **os.environ}
+
+    def expand(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in env:
+            raise ProfileError(profile.source, "env.scratch", f"{profile.scratch!r} names ${name}, which is not set here",
+                               "use variables every user has ($USER, $HOME), or write the path out")
+        return env[name]
+    return Path(re.sub(r"\$\{(\w+)\}|\$(\w+)", expand, profile.scratch)).expanduser()
 
 
 def current_env_activation() -> list[str]:

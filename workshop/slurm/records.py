@@ -77,6 +77,7 @@ class JobRecord:
     state_from: str = ""         # who said `state`: "log" (the job's own log, ahead of Slurm), "slurm", "local"
     started_at: str | None = None  # when the job started running, by the scheduler's clock
     elapsed_s: float | None = None  # run time by the scheduler's clock (Slurm's Elapsed), once it ended
+    sacct_interval_s: float = 0.0  # the site's least time between two Slurm queries of a kernel, for its class
 
     @property
     def dir(self) -> Path:

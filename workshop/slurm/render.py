@@ -1,7 +1,9 @@
 """Render a step's batch script from the one template family in `slurm/templates/`.
 
 `job.sh` is the only full script; `launch-process.sh` / `launch-node.sh` / `launch-nodes.sh` are the
-launch block for one training process (plain python), one node (torchrun) or several (srun + torchrun). Placeholders are `@{name}` (string.Template with `@`, so bash's `$` stays
+launch block for one training process (plain python), one node (torchrun) or several (srun + torchrun),
+`launch-accelerate.sh` / `launch-accelerate-nodes.sh` the same with `accelerate launch` (a config's
+`launcher = "accelerate"`), and `rendezvous.sh` the multi-node jobs' meeting point. Placeholders are `@{name}` (string.Template with `@`, so bash's `$` stays
 readable). Every value a user can influence is quoted here with `shlex.quote`; only the profile's
 `setup` lines (written by the site's admin) go in verbatim.
 """
@@ -13,6 +15,7 @@ import shlex
 from pathlib import Path
 from string import Template
 
+from workshop.training.accelerate_yaml import FILE as ACCELERATE_FILE
 from workshop.training.config import ConfigError, RunConfig
 from workshop.slurm.profiles import TEMPLATES_DIR, Profile, current_env_activation
 from workshop.slurm.records import CHECKPOINT_EXIT
@@ -85,7 +88,8 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     if get_step(step).program == "bandwidth" and part.gpus_per_node:
         lines.append("--exclusive")
     width = max(len(x.split("=")[0]) for x in lines)
-    comments = {"--ntasks-per-node": "one torchrun per node; it starts the processes",
+    launcher = "accelerate launch" if config.launcher == "accelerate" else "torchrun"
+    comments = {"--ntasks-per-node": f"one {launcher} per node; it starts the processes",
                 "--cpus-per-task": f"{part.cpus_per_proc} core(s) per process",
                 "--gpus-per-node": part.gpu_name, "--gres": part.gpu_name,
                 "--exclusive": "whole nodes: nothing else shares the links the gate measures"}
@@ -97,13 +101,49 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     return out
 
 
+def nccl_exports(profile: Profile) -> list[str]:
+    """The site's fabric ([nccl] of the profile): NCCL's interface, HCAs, network plugin and its variables."""
+    out = [f"export {k}={shell_value(v)}" for k, v in profile.nccl.items()]
+    if profile.nccl_plugin_path:      # after the CUDA paths were dropped: the plugin's folder comes first
+        out.append(f'export LD_LIBRARY_PATH={shell_value(profile.nccl_plugin_path)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+                   "   # the NCCL network plugin's libnccl-net*.so")
+    return out
+
+
 def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -> str:
+    if get_step(step).program == "preflight":     # workshop preflight: the node's facts, free disk where jobs write
+        # the jobs folder, and the profile's scratch folder where it names one (getattr: a profile field of
+        # the checkpoints' scratch space may not exist in this version)
+        folders = {"jobs": str(config_path.parent.parent), "scratch": getattr(profile, "scratch", "")}
+        return " ".join(["-m workshop.slurm.node_check --config", shlex.quote(str(config_path)),
+                         *(f"--folder {shell_value(f'{k}={v}')}" for k, v in folders.items() if v)])
     if get_step(step).program == "bandwidth":
         args = ["-m", "workshop.results.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
             args += ["-e", profile.bandwidth_max_bytes]
         return " ".join(shlex.quote(a) for a in args)
     return f"-m workshop.training.train --config {shlex.quote(str(config_path))}"
+
+
+def launch_block(step: str, config: RunConfig, profile: Profile, job_dir: Path) -> str:
+    """The lines that start the processes: plain python (one process), torchrun (one node), srun + torchrun
+    (several), or `accelerate launch` with the job's accelerate config (`launcher = "accelerate"`)."""
+    accelerate = config.launcher == "accelerate"
+    if accelerate:
+        name = "launch-accelerate-nodes.sh" if config.nodes > 1 else "launch-accelerate.sh"
+    else:
+        name = ("launch-nodes.sh" if config.nodes > 1 else
+                "launch-process.sh" if config.procs_per_node == 1 and get_step(step).program in ("train", "preflight") else
+                "launch-node.sh")
+    rendezvous = template("rendezvous.sh").substitute(
+        rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}   # the config's rdzv_endpoint"
+                       if config.rdzv_endpoint else "")).rstrip()
+    # torchrun's c10d rendezvous reads read_timeout; accelerate's static one (node 0 hosts it) timeout
+    timeout = f"{'timeout' if accelerate else 'read_timeout'}={config.rdzv_timeout_s}"
+    return template(name).substitute(
+        procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json"),
+        accelerate_yaml=shlex.quote(str(job_dir / ACCELERATE_FILE)), rendezvous=rendezvous,
+        rdzv_conf=f"--rdzv-conf={timeout} " if config.rdzv_timeout_s else "").rstrip()
 
 
 def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_name: str | None = None) -> str:
@@ -123,15 +163,10 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
     exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
     exports.append(f"export WANDB_DIR={shlex.quote(str(job_dir))}")
     exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
+    exports += nccl_exports(profile)
     if info.program == "bandwidth":
         exports.append("export NCCL_DEBUG=INFO   # the gate's log keeps NCCL's transport lines (P2P, SHM, NET/IB...)")
-    launch_name = ("launch-nodes.sh" if config.nodes > 1 else
-                   "launch-process.sh" if config.procs_per_node == 1 and info.program == "train" else "launch-node.sh")
-    launch = template(launch_name).substitute(
-        procs=config.procs_per_node, program=program(step, config, profile, job_dir / "config.json"),
-        rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}   # the config's rdzv_endpoint"
-                       if config.rdzv_endpoint else ""),
-        rdzv_conf=f"--rdzv-conf=read_timeout={config.rdzv_timeout_s} " if config.rdzv_timeout_s else "").rstrip()
+    launch = launch_block(step, config, profile, job_dir)
     gpus = f" x {part.gpu_name or 'GPU'}" if part.gpus_per_node else " (CPU processes)"
     shape = (f"{config.nodes} node(s) x {config.procs_per_node} process(es){gpus}, "
              f"sharding={config.sharding}, model={config.model}")

@@ -1,6 +1,6 @@
 """Instructor-run mode: a student's costly job stands for the instructor's run of the very same job.
 
-The costly jobs (at least `[course] instructor_min_gpus` GPUs, or 2+ nodes) run once, by the instructor
+The costly jobs (at least `[course] instructor_min_gpus` GPUs, 2+ nodes, or a step of `instructor_steps`) run once, by the instructor
 (`python -m workshop.course.budget --instructor-run`), into the profile's `[course] instructor_jobs` folder. A
 student's submission of the same job (same step, config and profile: the same job folder name) links that
 folder into the student's jobs/ instead of queueing a copy. The job API links it; grading recognises it.
@@ -16,17 +16,26 @@ from typing import Iterable
 
 from workshop.training.config import ConfigError, RunConfig
 from workshop.slurm.profiles import Profile, ProfileError, load_profile
+from workshop.slurm.steps import STEPS
 
 
-def is_costly(cfg: RunConfig, profile: Profile) -> bool:
-    return cfg.nodes >= 2 or cfg.nodes * cfg.procs_per_node >= profile.instructor_min_gpus
+def is_costly(cfg: RunConfig, profile: Profile, step: str | None = None) -> bool:
+    """A job the instructor runs once for the class in instructor-run mode: 2+ nodes, at least
+    `instructor_min_gpus` GPUs, or a job of a step the site lists in `instructor_steps` (notebook 03's
+    4-GPU "strategies" jobs, where a site chooses that)."""
+    unknown = [s for s in profile.instructor_steps if s not in STEPS]
+    if unknown:
+        raise ProfileError(profile.source, "course.instructor_steps", f"{unknown} are not course steps",
+                           f"use step names: {', '.join(STEPS)}")
+    return (cfg.nodes >= 2 or cfg.nodes * cfg.procs_per_node >= profile.instructor_min_gpus
+            or (step is not None and step in profile.instructor_steps))
 
 
-def shared_job(profile: Profile, cfg: RunConfig, jobs_root: Path, folder_name: str) -> Path | None:
+def shared_job(profile: Profile, cfg: RunConfig, jobs_root: Path, folder_name: str, step: str | None = None) -> Path | None:
     """The instructor's job folder that stands for a student's costly job, or None when the student
     runs it (mode off, a cheap job, or the instructor submitting into the shared folder itself).
     Raises when the mode is on and the instructor has not run the job yet."""
-    if not profile.instructor_jobs or not is_costly(cfg, profile):
+    if not profile.instructor_jobs or not is_costly(cfg, profile, step):
         return None
     shared_root = Path(profile.instructor_jobs).expanduser().resolve()
     if Path(jobs_root).resolve() == shared_root:

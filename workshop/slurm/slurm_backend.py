@@ -2,7 +2,10 @@
 
 A notebook on Open OnDemand runs inside a Slurm job, and sbatch/srun read inherited `SLURM_*`
 variables as options (a job would inherit the notebook's node list, memory, time...): every
-command here runs with those scrubbed. Commands take argument lists, never a shell.
+command here runs with those scrubbed. So is the Jupyter session itself: sbatch hands the
+submitting environment to the job, and a kernel's (its server's session, its parent, ipykernel's
+matplotlib backend, pager and terminal colours, the OOD app's config file) would reach every
+training process. Commands take argument lists, never a shell.
 """
 
 from __future__ import annotations
@@ -16,13 +19,21 @@ from typing import Mapping
 from workshop.slurm.records import CHECKPOINT_EXIT, CHECKPOINT_REASON, SLURM_STATES, JobRecord, JobState
 
 # The poller asks Slurm at most once per MIN_POLL_INTERVAL seconds per kernel, however many jobs
-# are watched, and backs off towards MAX_POLL_INTERVAL while nothing changes. An HPC admin may
-# raise the floor for a big class (WORKSHOP_SLURM_MIN_POLL_S); the test cluster lowers it.
+# are watched, and backs off towards MAX_POLL_INTERVAL while nothing changes. A site profile raises
+# the floor with its class ([slurm.watch]: kernels / sacct_per_s, kept in each job's job.json); so
+# does WORKSHOP_SLURM_MIN_POLL_S; the test cluster lowers it.
 MIN_POLL_INTERVAL = float(os.environ.get("WORKSHOP_SLURM_MIN_POLL_S", "10"))
 MAX_POLL_INTERVAL = 30.0
 COMMAND_TIMEOUT = 30.0
 
-_SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_", "SCANCEL_", "SINFO_")
+_SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_", "SCANCEL_", "SINFO_",
+                   # the Jupyter session: its server (JPY_SESSION_NAME), its kernel launcher (JPY_PARENT_PID,
+                   # JPY_INTERRUPT_EVENT, IPY_INTERRUPT_EVENT), its configuration (JUPYTER_CONFIG_PATH, ...)
+                   "JPY_", "IPY_", "JUPYTER_", "PYDEVD_")
+# What ipykernel sets for its own process (zmqshell's init_environment, kernelapp's matplotlib backend),
+# and the OOD app's config file of the session's server
+_SESSION_NAMES = {"MPLBACKEND", "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
+                  "CONFIG_FILE"}
 _KEEP = {"SLURM_CONF"}   # which cluster to talk to, not an option of the surrounding job
 
 
@@ -31,10 +42,12 @@ class SlurmError(RuntimeError):
 
 
 def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment without the surrounding job's options (SLURM_*, SBATCH_*, ...) or output formats
-    (SQUEUE_FORMAT, SACCT_FORMAT would change what we parse)."""
+    """The environment without the surrounding job's options (SLURM_*, SBATCH_*, ...), output formats
+    (SQUEUE_FORMAT, SACCT_FORMAT would change what we parse) or the Jupyter session the notebook runs in:
+    what a job inherits from the kernel that submits it."""
     env = os.environ if env is None else env
-    return {k: v for k, v in env.items() if k in _KEEP or not k.startswith(_SCRUB_PREFIXES)}
+    return {k: v for k, v in env.items()
+            if k in _KEEP or not (k.startswith(_SCRUB_PREFIXES) or k in _SESSION_NAMES)}
 
 
 def run(cmd: list[str], cwd: str | None = None) -> str:
@@ -99,22 +112,36 @@ class Poller:
         self._cache: dict[str, tuple[JobState, str, int | None, str]] = {}
         self._times: dict[str, tuple[str | None, float | None]] = {}
         self._watched: set[str] = set()
+        self._floors: dict[str, float] = {}   # job id -> its profile's interval for the class ([slurm.watch])
         self._sacct_ok: bool | None = None
         self.trouble = ""          # why Slurm's answer is partial or stale; "" when all is well
         self.queries = 0           # Slurm queries made (each covers every watched job)
 
-    def watch(self, job_id: str) -> None:
+    def watch(self, job_id: str, floor_s: float = 0.0) -> None:
+        """Follow a job; `floor_s`: its site's interval for the class (the kernel's floor becomes the largest)."""
         with self._lock:
-            self._watched.add(job_id)
+            self._watch(job_id, floor_s)
 
-    def status(self, job_id: str) -> tuple[JobState, str, int | None, str] | None:
+    def _watch(self, job_id: str, floor_s: float) -> None:
+        self._watched.add(job_id)
+        if floor_s:
+            self._floors[job_id] = floor_s
+
+    def interval(self) -> float:
+        """The least time between two queries of this kernel: the helper's floor, or the class's of a job that
+        Slurm has not yet said ended (a kernel's later jobs of another profile are not held to it)."""
+        live = [f for i, f in self._floors.items() if i not in self._cache or not self._cache[i][0].finished]
+        return max([MIN_POLL_INTERVAL, *live])
+
+    def status(self, job_id: str, floor_s: float = 0.0) -> tuple[JobState, str, int | None, str] | None:
         """(state, reason, exit code, node list) of a job, from the cache unless it is due."""
         with self._lock:
-            self._watched.add(job_id)
-            interval = max(self._interval, MIN_POLL_INTERVAL)
+            self._watch(job_id, floor_s)
+            floor = self.interval()
+            interval = max(self._interval, floor)
             if job_id in self._cache and time.monotonic() - self._last_call < interval:
                 return self._cache[job_id]
-            if time.monotonic() - self._last_call < MIN_POLL_INTERVAL:
+            if time.monotonic() - self._last_call < floor:
                 return self._cache.get(job_id)     # never seen yet: unknown until the next slot
             ids = sorted(i for i in self._watched
                          if i not in self._cache or not self._cache[i][0].finished)
@@ -126,8 +153,7 @@ class Poller:
             except SlurmError as e:
                 self.trouble = f"Slurm does not answer ({str(e)[:120]})"
                 changed = False
-            self._interval = MIN_POLL_INTERVAL if changed else min(
-                max(self._interval, MIN_POLL_INTERVAL) * 1.5, MAX_POLL_INTERVAL)
+            self._interval = floor if changed else min(max(self._interval, floor) * 1.5, max(MAX_POLL_INTERVAL, floor))
             return self._cache.get(job_id)
 
     def times(self, job_id: str) -> tuple[str | None, float | None]:
@@ -138,7 +164,7 @@ class Poller:
     def due_in(self) -> float:
         """Seconds until the poller may ask Slurm again."""
         with self._lock:
-            return max(0.0, self._last_call + MIN_POLL_INTERVAL - time.monotonic())
+            return max(0.0, self._last_call + self.interval() - time.monotonic())
 
     def hurry(self) -> None:
         """Drop the back-off (a log just said the job ended); the minimum interval still holds."""
@@ -204,4 +230,4 @@ POLLER = Poller()
 
 
 def status(record: JobRecord) -> tuple[JobState, str, int | None, str] | None:
-    return POLLER.status(record.job_id)
+    return POLLER.status(record.job_id, record.sacct_interval_s)

@@ -17,7 +17,7 @@ from workshop.slurm.profiles import Profile
 class Step:
     name: str
     title: str
-    program: str                      # "train" | "bandwidth"
+    program: str                      # "train" | "bandwidth" | "preflight"
     defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -34,6 +34,8 @@ STEPS: dict[str, Step] = {s.name: s for s in (
          {"sharding": "full_shard", "nodes": 2, "procs_per_node": 1}),
     Step("bandwidth", "all_reduce bus-bandwidth self-test", "bandwidth",
          {"sharding": "ddp", "nodes": 1, "procs_per_node": 2}),
+    Step("preflight", "Preflight: one GPU of a partition as the course's jobs find it", "preflight",
+         {"sharding": "none", "nodes": 1, "procs_per_node": 1}),
 )}
 
 

@@ -4,7 +4,8 @@ The display refreshes every `poll` seconds (1 s), and at once on a change of sta
 job says (read every 0.2 s, so a wait ends as soon as its last job does): its own log first
 (`[job] start`, `[job] end`, `[workshop] step k/N`), Slurm through the shared poller (asked at
 most once per interval for all watched jobs together) for everything a log cannot say. Elapsed
-times are the scheduler's. When Slurm's accounting does not answer, the display says so and goes
+times count from the job's own start stamp (its log's `[job] start`, to the millisecond) to its
+`[job] end` until Slurm answers; then they are the scheduler's. When Slurm's accounting does not answer, the display says so and goes
 on following the logs. Once every job has ended by its log, the wait returns; Slurm's confirmation
 (its final state and elapsed time) comes one query slot later: a widget keeps updating until then
 while the notebook goes on, a terminal waits for it.
@@ -133,7 +134,7 @@ def _text_view(jobs: Mapping[str, "Job"]) -> View:
 def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: float | None = None,
              quiet: bool = False) -> dict[str, JobState]:
     """Until every job has ended or `timeout` seconds pass; each job's last state."""
-    from workshop.slurm.slurm_backend import MIN_POLL_INTERVAL, POLLER
+    from workshop.slurm.slurm_backend import POLLER
     interval = poll if poll is not None else 1.0
     start = time.monotonic()
     widget = not quiet and in_notebook()
@@ -158,10 +159,10 @@ def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: floa
             if all(job.record.settled for job in jobs.values()):
                 return states
             if widget:
-                threading.Thread(target=_confirm, args=(jobs, view, interval, MIN_POLL_INTERVAL * 6),
+                threading.Thread(target=_confirm, args=(jobs, view, interval, POLLER.interval() * 6),
                                  daemon=True).start()
                 return states
-            confirm_until = confirm_until or time.monotonic() + MIN_POLL_INTERVAL + 2 * interval
+            confirm_until = confirm_until or time.monotonic() + POLLER.interval() + 2 * interval
             if time.monotonic() >= confirm_until or (POLLER.trouble and POLLER.due_in() > 0):
                 return states
         # states are read often (a job's files; Slurm only through the rate-limited poller), so the

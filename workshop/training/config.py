@@ -30,6 +30,7 @@ WANDB_MODES = ("disabled", "offline", "online")
 DEVICES = ("auto", "cpu", "cuda")
 DATASETS = ("fixture", "squad")
 EVAL_SPLITS = ("dev", "train")
+LAUNCHERS = ("torchrun", "accelerate")
 
 # FSDP1 spellings students meet in older tutorials, mapped to what this course runs (FSDP2).
 FSDP1_ALIASES = {
@@ -119,8 +120,13 @@ class RunConfig:
                                   "time limit (SIGUSR1)", default=0)
     checkpoint_at_end: bool = _help("save one sharded checkpoint when training ends (to merge into a full state "
                                     "dict, or to resume from), whatever checkpoint_every says", default=False)
-    resume: bool = _help("continue from the latest checkpoint in output_dir (same data order, optimizer and "
+    checkpoint_dir: str = _help("where checkpoint-N folders go (empty = output_dir). A job's is under the site "
+                                "profile's scratch folder, so no checkpoint lands in a student's folder", default="")
+    resume: bool = _help("continue from the latest checkpoint in checkpoint_dir (same data order, optimizer and "
                          "scheduler state) instead of starting over", default=False)
+    launcher: str = _help("torchrun | accelerate: how a job starts its processes (accelerate: `accelerate launch "
+                          "--config_file accelerate.yaml`, the FSDP YAML written from this config; the same "
+                          "training script either way)", default="torchrun")
     wandb: str = _help("disabled | offline | online (offline runs need no network or key)",
                        default="disabled")
 
@@ -146,6 +152,11 @@ class RunConfig:
         if self.is_fsdp:
             return self.world_size // self.replicas
         return 1
+
+    @property
+    def checkpoint_root(self) -> Path:
+        """The folder the run's checkpoint-N folders go into (and a resume reads)."""
+        return Path(self.checkpoint_dir or self.output_dir)
 
     @property
     def effective_grad_acc(self) -> int:
@@ -192,6 +203,7 @@ class RunConfig:
         _choice("device", self.device, DEVICES)
         _choice("dataset", self.dataset, DATASETS)
         _choice("eval_split", self.eval_split, EVAL_SPLITS)
+        _choice("launcher", self.launcher, LAUNCHERS)
         if self.sharding not in SHARDINGS:
             raise ConfigError("sharding", f"unknown strategy {self.sharding!r}",
                               f"choose one of {', '.join(SHARDINGS)} (FSDP1 names such as FULL_SHARD "
@@ -354,7 +366,7 @@ def coerce(name: str, value: Any) -> Any:
         text = str(value).strip()
         if name == "sharding":
             text = FSDP1_ALIASES.get(text.lower().replace("-", "_"), text.lower().replace("-", "_"))
-        if name in ("precision", "wandb", "device", "dataset", "eval_split"):
+        if name in ("precision", "wandb", "device", "dataset", "eval_split", "launcher"):
             text = text.lower()
         return text
     except ValueError:
@@ -471,6 +483,13 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
                                 help=help_text)
         else:
             parser.add_argument(flag, dest=f.name, default=None, type=str, help=help_text)
+
+
+def written_fields(args: argparse.Namespace) -> set[str]:
+    """The fields a launch wrote: its --config file's keys and the flags given (the rest are defaults,
+    which a launcher's own settings may fill: torchrun's world, accelerate's YAML)."""
+    written = {f.name for f in fields(RunConfig) if getattr(args, f.name, None) is not None}
+    return written | (set(read_file(args.config)) if getattr(args, "config", None) else set())
 
 
 def config_from_args(args: argparse.Namespace, env: Mapping[str, str]) -> RunConfig:

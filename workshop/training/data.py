@@ -9,6 +9,7 @@ context. Batches are padded dynamically to their longest example (the seed padde
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -19,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 
 IGNORE_INDEX = -100
 FIXTURE_DIR = "assets/squad_fixture"
+SQUAD_DIR = "workshop/squad-v1.1"                 # the course's copy of SQuAD v1.1, under $HF_HOME
 
 
 @dataclass(frozen=True)
@@ -29,19 +31,41 @@ class QAExample:
     answers: tuple[str, ...]
 
 
+def squad_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """SQuAD v1.1's nested JSON (data → paragraphs → qas) as the Hub dataset's rows (`rajpurkar/squad`:
+    id, title, context, question, answers {text, answer_start}), in file order."""
+    return [{"id": qa["id"], "title": article.get("title", ""), "context": para["context"], "question": qa["question"],
+             "answers": {"text": [a["text"] for a in qa["answers"]],
+                         "answer_start": [int(a.get("answer_start", -1)) for a in qa["answers"]]}}
+            for article in doc["data"] for para in article["paragraphs"] for qa in para["qas"]]
+
+
+def example(row: dict[str, Any]) -> QAExample:
+    """One SQuAD row as the course's example (answers without repeats, in order)."""
+    return QAExample(row["id"], row["question"], row["context"], tuple(dict.fromkeys(row["answers"]["text"])))
+
+
 def flatten_squad(doc: dict[str, Any]) -> list[QAExample]:
     """SQuAD's nested JSON (data → paragraphs → qas) as a flat list, in file order."""
-    out = []
-    for article in doc["data"]:
-        for para in article["paragraphs"]:
-            for qa in para["qas"]:
-                answers = tuple(dict.fromkeys(a["text"] for a in qa["answers"]))
-                out.append(QAExample(qa["id"], qa["question"], para["context"], answers))
-    return out
+    return [example(r) for r in squad_rows(doc)]
 
 
 def fixture_path(split: str) -> Path:
     return Path(str(resources.files("workshop").joinpath(FIXTURE_DIR, f"{split}.json")))
+
+
+def hf_home(env: dict[str, str] | None = None) -> Path:
+    """$HF_HOME, else huggingface_hub's default (~/.cache/huggingface, under $XDG_CACHE_HOME if set)."""
+    env = os.environ if env is None else env
+    if env.get("HF_HOME"):
+        return Path(env["HF_HOME"]).expanduser()
+    return Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "huggingface"
+
+
+def squad_dir(home: Path | None = None) -> Path:
+    """The course's saved copy of SQuAD v1.1 (splits `train` and `validation`, the Hub's columns), written
+    by `workshop prefetch` (workshop/training/hf_cache.py)."""
+    return (home or hf_home()) / SQUAD_DIR
 
 
 def load_examples(dataset: str, split: str, size: int) -> list[QAExample]:
@@ -49,12 +73,7 @@ def load_examples(dataset: str, split: str, size: int) -> list[QAExample]:
     if dataset == "fixture":
         examples = flatten_squad(json.loads(fixture_path(split).read_text()))
     else:
-        from datasets import load_dataset
-
-        hf_split = "train" if split == "train" else "validation"
-        ds = load_dataset("rajpurkar/squad", split=f"{hf_split}[:{size}]")
-        examples = [QAExample(r["id"], r["question"], r["context"], tuple(dict.fromkeys(r["answers"]["text"])))
-                    for r in ds]
+        examples = _squad_examples(split, size)
     if len(examples) < size:
         from workshop.training.config import ConfigError
 
@@ -62,6 +81,31 @@ def load_examples(dataset: str, split: str, size: int) -> list[QAExample]:
         raise ConfigError(field, f"asks for {size} examples but the {dataset} {split} split has {len(examples)}",
                           f"set {field}={len(examples)} or fewer")
     return examples[:size]
+
+
+def _squad_examples(split: str, size: int) -> list[QAExample]:
+    """SQuAD v1.1 from the course's copy in the shared cache (`workshop prefetch` wrote it), read with
+    `load_from_disk`, which only reads: `load_dataset` takes lock files beside the cached data even
+    offline, and the shared cache is read-only for students. Without the copy, a machine with internet
+    loads it from the Hub; an offline one (a compute node) is told what to run."""
+    hf_split = "train" if split == "train" else "validation"
+    saved = squad_dir()
+    if saved.is_dir():
+        from datasets import load_from_disk
+
+        ds = load_from_disk(str(saved))[hf_split]
+        rows = ds.select(range(min(size, len(ds))))
+    elif os.environ.get("HF_DATASETS_OFFLINE", "") not in ("", "0") or os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        from workshop.training.config import ConfigError
+
+        raise ConfigError("dataset", f"SQuAD v1.1 is not in the shared cache (no {saved}) and this machine is offline",
+                          "run `workshop prefetch --profile <site>` on a login node (it fills the profile's hf_home), "
+                          "or use dataset=fixture")
+    else:
+        from datasets import load_dataset
+
+        rows = load_dataset("rajpurkar/squad", split=f"{hf_split}[:{size}]")
+    return [example(r) for r in rows]
 
 
 def prompt_ids(tok: PreTrainedTokenizerBase, ex: QAExample, budget: int) -> list[int]:

@@ -14,7 +14,9 @@ This is the only module that reaches into accelerate's state. On CUDA nothing he
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import os
+from typing import Any, Iterator
 
 import torch
 
@@ -49,6 +51,19 @@ def force_fsdp_on_cpu(accelerator: Any, fsdp_plugin_args: dict[str, Any], parall
         state.parallelism_config = parallelism_config
         state.device_mesh = parallelism_config.get_device_mesh("cpu")
         parallelism_config._validate_accelerator(accelerator)
+
+
+@contextlib.contextmanager
+def no_mesh_from_launcher() -> Iterator[None]:
+    """Hide `accelerate launch`'s ACCELERATE_USE_PARALLELISM_CONFIG while the Accelerator is built on a CPU
+    host: it would build the HSDP mesh from the environment and reject it on MULTI_CPU (point 2 above);
+    `force_fsdp_on_cpu` attaches the same mesh, read from the same YAML, afterwards."""
+    hidden = os.environ.pop("ACCELERATE_USE_PARALLELISM_CONFIG", None)
+    try:
+        yield
+    finally:
+        if hidden is not None:
+            os.environ["ACCELERATE_USE_PARALLELISM_CONFIG"] = hidden
 
 
 def assert_fsdp_active(accelerator: Any) -> None:

@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
 from workshop.training.checkpoints import latest_checkpoint, records_until, seal
-from workshop.training.config import ConfigError, RunConfig, add_config_arguments, config_from_args, read_file
+from workshop.training.accelerate_yaml import follow_launch, launched_with
+from workshop.training.config import (ConfigError, RunConfig, add_config_arguments, config_from_args, read_file,
+                                      written_fields)
 from workshop.training.run_record import say
 
 
@@ -47,16 +49,16 @@ def check_launch(cfg: RunConfig, world: int) -> None:
                           "or change nodes/procs_per_node")
 
 
-def world_from_launcher(cfg: RunConfig, args: argparse.Namespace, env: Mapping[str, str]) -> RunConfig:
+def world_from_launcher(args: argparse.Namespace, env: Mapping[str, str]) -> dict[str, int]:
     """Under torchrun, a config that fixes no world (neither nodes nor procs_per_node, in a file or a
     flag) takes the launcher's: `torchrun --nproc-per-node 2 -m workshop.training.train --sharding full_shard`
-    runs on 2 processes. A config that fixes one keeps it, and `check_launch` compares."""
+    runs on 2 processes. A config that fixes one keeps it ({}), and `check_launch` compares."""
     if "LOCAL_WORLD_SIZE" not in env or args.nodes is not None or args.procs_per_node is not None:
-        return cfg
+        return {}
     if args.config is not None and {"nodes", "procs_per_node"} & set(read_file(args.config)):
-        return cfg
+        return {}
     world, per_node = int(env["WORLD_SIZE"]), int(env["LOCAL_WORLD_SIZE"])
-    return cfg.replace(nodes=max(1, world // per_node), procs_per_node=per_node)
+    return {"nodes": max(1, world // per_node), "procs_per_node": per_node}
 
 
 TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
@@ -120,7 +122,7 @@ def training_arguments(cfg: RunConfig, device: "Any", world: int) -> "Any":
 
     on_cpu = device.type == "cpu"
     kwargs: dict[str, Any] = dict(
-        output_dir=cfg.output_dir,
+        output_dir=str(cfg.checkpoint_root),   # the Trainer writes only checkpoint-N folders there
         per_device_train_batch_size=cfg.batch_size,
         per_device_eval_batch_size=cfg.batch_size,
         gradient_accumulation_steps=cfg.effective_grad_acc,
@@ -219,9 +221,10 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     configure_wandb(cfg)
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    resume_from = latest_checkpoint(out) if cfg.resume else None
+    resume_from = latest_checkpoint(cfg.checkpoint_root) if cfg.resume else None
     if cfg.resume and resume_from is None:
-        raise ConfigError("resume", f"there is no complete checkpoint-N folder in {str(out)!r} to resume from",
+        raise ConfigError("resume", f"there is no complete checkpoint-N folder in {str(cfg.checkpoint_root)!r} to "
+                          "resume from",
                           "run without resume, and save checkpoints next time (checkpoint_every=N, or a site "
                           "profile with signal_lead_s so Slurm warns the job before its time limit)")
 
@@ -300,7 +303,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     result = trainer.train(resume_from_checkpoint=str(resume_from[0]) if resume_from else None)
     train_runtime = time.perf_counter() - started
     if stopper.stopped_at is not None:
-        return stopped_early(out, stopper.stopped_at, is_main)
+        return stopped_early(out, stopper.stopped_at, is_main, cfg.checkpoint_root)
     evals = [r for r in callback.records if r["kind"] == "eval"]
     if not evals or evals[-1]["step"] != trainer.state.global_step:
         trainer.evaluate()
@@ -361,7 +364,8 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "train_runtime_s": round(train_runtime, 2),
         "comm": comm.summary(train_runtime),
     }
-    summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures)
+    summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
+                   launcher=launched_with(os.environ))
     if is_main:
         run_record.write_json(out / "summary.json", summary)
         say("WORKSHOP_SUMMARY " + json.dumps(summary))
@@ -415,13 +419,13 @@ def train_loss(result: Any, trains: list[dict[str, Any]], resumed: bool) -> floa
     return total / last if last else float(result.training_loss)
 
 
-def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
+def stopped_early(out: Path, step: int, is_main: bool, checkpoints: Path) -> dict[str, Any]:
     """Slurm's time-limit warning stopped the run at a checkpoint: say so, leave no summary (the run
     did not finish), and leave $WORKSHOP_STOPPED_FILE, on which the batch script ends at once with
     its distinct exit code (the job shows as CHECKPOINTED) instead of holding the GPUs until TIMEOUT."""
     import torch.distributed as dist
 
-    info = {"status": "checkpointed", "step": step, "checkpoint": str(out / f"checkpoint-{step}"),
+    info = {"status": "checkpointed", "step": step, "checkpoint": str(checkpoints / f"checkpoint-{step}"),
             "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
     if is_main:
         say("WORKSHOP_CHECKPOINT " + json.dumps(info))
@@ -436,7 +440,9 @@ def stopped_early(out: Path, step: int, is_main: bool) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = world_from_launcher(config_from_args(args, os.environ), args, os.environ)
+        # what the launcher says where the config is silent: torchrun's world, accelerate launch's YAML
+        cfg = follow_launch(config_from_args(args, os.environ), written_fields(args), os.environ,
+                            world=world_from_launcher(args, os.environ))
         if args.print_config:
             print(json.dumps(cfg.resolved(), indent=1))
             return 0

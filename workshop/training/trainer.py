@@ -28,7 +28,8 @@ class CourseTrainer(Trainer):
             return
         mesh_config, self.args.parallelism_config = self.args.parallelism_config, None
         try:
-            super().create_accelerator_and_postprocess()
+            with fsdp_cpu.no_mesh_from_launcher():
+                super().create_accelerator_and_postprocess()
         finally:
             self.args.parallelism_config = mesh_config
         fsdp_cpu.force_fsdp_on_cpu(self.accelerator, self.args.fsdp_plugin_args, mesh_config)

@@ -1,0 +1,69 @@
+"""Jobs start clean (issue 23, item 9): a job submitted from a notebook inherits nothing of the Jupyter
+session. A real kernel (ipykernel, started by jupyter_client as JupyterLab starts one) runs with what an
+Open OnDemand session gives it: its server's JPY_SESSION_NAME, the app's JUPYTER_CONFIG_PATH and
+CONFIG_FILE; jupyter_client adds JPY_PARENT_PID, ipykernel itself MPLBACKEND, TERM, PAGER and
+FORCE_COLOR. A cell submits a job on the test cluster; the job's batch shell writes its environment,
+and none of those reach it (sbatch hands a job the environment it was called with)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from workshop.slurm.profiles import PROFILES_DIR
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).resolve().parents[2]
+SESSION = ["JPY_SESSION_NAME", "JPY_PARENT_PID", "JUPYTER_CONFIG_PATH", "CONFIG_FILE", "MPLBACKEND", "TERM", "PAGER",
+           "FORCE_COLOR"]
+
+CELL = """
+import json, os
+from workshop.slurm import submit
+present = {{k: os.environ.get(k) for k in {session!r}}}
+job = submit("baseline", profile={profile!r}, overrides={{"train_size": 4, "eval_size": 2, "epochs": 1}},
+             jobs_dir={jobs!r})
+state = job.wait(timeout=180, poll=0.5)
+print("RESULT " + json.dumps({{"present": present, "state": state.value, "job_dir": str(job.job_dir),
+                              "job_id": job.job_id}}))
+"""
+
+
+def test_a_job_submitted_from_a_kernel_inherits_nothing_of_the_jupyter_session(cluster, tmp_path: Path) -> None:
+    from jupyter_client.manager import start_new_kernel
+
+    jobs = cluster.shared / f"session-env-{os.getpid()}-{time.time_ns()}"
+    jobs.mkdir(mode=0o1777)
+    # the site's setup writes what the batch shell inherited, then ends the job: no training needed
+    profile = tmp_path / "ci-env.toml"
+    profile.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
+        'python_env = "current"', 'python_env = "current"\nsetup = [\'env -0 > "$PWD/inherited.env"\', "exit 0"]'))
+    session = tmp_path / "ood-session"
+    env = {**os.environ, **cluster.env, "JPY_SESSION_NAME": str(session / "fsdp-workshop/01_baseline.ipynb"),
+           "JUPYTER_CONFIG_PATH": str(session / "jupyter-config"), "CONFIG_FILE": str(session / "config.py"),
+           "WORKSHOP_SLURM_MIN_POLL_S": "0.5", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{cluster.env['PATH']}"}
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path), startup_timeout=180)
+    outputs: list[str] = []
+    try:
+        reply = kc.execute_interactive(CELL.format(session=SESSION, profile=str(profile), jobs=str(jobs)), timeout=300,
+                                       output_hook=lambda msg: outputs.append(msg["content"].get("text", "")
+                                                                              + msg["content"].get("evalue", "")))
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    text = "".join(outputs)
+    assert reply["content"]["status"] == "ok", text[-3000:]
+    result = json.loads(text.split("RESULT ", 1)[1].splitlines()[0])
+    assert all(result["present"][k] for k in SESSION), result["present"]      # the kernel did carry them
+    assert result["present"]["MPLBACKEND"] == "module://matplotlib_inline.backend_inline"
+    assert result["state"] == "COMPLETED", result
+    inherited = dict(item.split("=", 1) for item in
+                     (Path(result["job_dir"]) / "inherited.env").read_text().split("\0") if "=" in item)
+    assert inherited["SLURM_JOB_ID"] == result["job_id"] and inherited["PATH"]    # a real job's environment
+    assert [k for k in SESSION if k in inherited] == []
+    assert not [k for k in inherited if k.startswith(("JPY_", "JUPYTER_", "IPY_"))]

@@ -1,0 +1,365 @@
+"""`workshop preflight --profile <site>`: the admin's check of a site profile, from a login node, the week
+before the class.
+
+    workshop preflight --profile <site> [--jobs-dir preflight-jobs] [--timeout 900]
+
+First what Slurm says of the profile (sinfo, sacctmgr, scontrol): every partition exists and is up, has
+the GPUs, cores, memory and time limit the profile counts on; the account is the user's; the QOS and the
+reservation exist (and the reservation is not over). Then one short 1-GPU job per GPU partition
+(`workshop.slurm.node_check`, rendered from the course's own batch script, so the site's setup, caches
+and NCCL variables are the jobs' own): torch and CUDA versions, the wheel's CUDA architectures against the
+GPU's compute capability (does it carry sm_70 for a V100?), bf16 against the precision the profile asks
+there, a NCCL init, an offline load of the model and the data from `hf_home`, and the free disk where jobs
+write. One table, one line per check: ok, the fix, or "no GPU on this partition" where a partition's GPUs
+are Slurm's bookkeeping only (the repo's test cluster): that is not ok, and not a fix either. Exit 1 when
+a line needs a fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from workshop.course.checklist import FIX, INFO, NO_GPU, NO_GPU_TEXT, OK, Line, exit_code, table
+from workshop.course.prefetch import report_lines
+from workshop.training.config import ConfigError
+from workshop.slurm.profiles import Partition, Profile, ProfileError, load_profile, mem_mb, time_seconds
+
+PREFLIGHT_TIME_S = 600          # the job's time limit: imports, one model load, a NCCL init
+MIN_FREE_GB = 10.0
+_GRES = re.compile(r"gpu(?::([A-Za-z0-9_.-]+))?:(\d+)")
+
+
+# ------------------------------------------------------------------------------ what Slurm says
+
+def slurm(cmd: list[str]) -> str:
+    from workshop.slurm.slurm_backend import run
+    return run(cmd)
+
+
+def sinfo_partitions(text: str) -> dict[str, dict[str, Any]]:
+    """`sinfo -h -a -o '%R|%a|%l|%c|%m|%G|%D'`, one line per group of like nodes, as one record per partition:
+    up (any group), time limit, the fewest cores and memory (MB) of a node, the most GPUs and their types."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 7:
+            continue
+        name, avail, limit, cpus, mem, gres, nodes = parts[:7]
+        rec = out.setdefault(name, {"up": False, "time": limit, "cpus": None, "mem_mb": None, "gpus": 0,
+                                    "gpu_types": set(), "nodes": 0})
+        rec["up"] = rec["up"] or avail == "up"
+        for key, value in (("cpus", cpus), ("mem_mb", mem)):
+            number = int(re.sub(r"\D", "", value) or 0)
+            rec[key] = number if rec[key] is None else min(rec[key], number)
+        for gpu_type, count in _GRES.findall(gres):
+            rec["gpus"] = max(rec["gpus"], int(count))
+            if gpu_type:
+                rec["gpu_types"].add(gpu_type)
+        rec["nodes"] += int(nodes) if nodes.isdigit() else 0
+    return out
+
+
+def limit_seconds(limit: str) -> float:
+    return float("inf") if limit.lower() in ("infinite", "unlimited", "") else time_seconds(limit)
+
+
+def partition_lines(profile: Profile, found: dict[str, dict[str, Any]]) -> list[Line]:
+    """Each named partition of the profile against sinfo's record of it."""
+    from workshop.slurm.steps import STEPS
+
+    lines = []
+    names = [p.name for p in profile.partitions.values()]
+    for part in profile.partitions.values():
+        label = f"partition {part.name or part.key}" + (f" [{part.key}]" if names.count(part.name) > 1 else "")
+        if not part.name:
+            lines.append(Line(label, INFO, "no Slurm name: jobs go to the cluster's default partition"))
+            continue
+        rec = found.get(part.name)
+        if rec is None:
+            lines.append(Line(label, FIX, f"sinfo knows no partition {part.name!r}. Fix: set [slurm.partitions.{part.key}] "
+                              f"name to one of {', '.join(sorted(found)) or '(none)'}"))
+            continue
+        problems = []
+        if not rec["up"]:
+            problems.append("it is not up (sinfo: down/drain/inactive)")
+        if part.gpus_per_node > rec["gpus"]:
+            problems.append(f"the profile counts {part.gpus_per_node} GPUs a node, Slurm offers {rec['gpus']} (gres)")
+        if part.gpu_type and rec["gpu_types"] and part.gpu_type not in rec["gpu_types"]:
+            problems.append(f"gpu_type {part.gpu_type!r} is not one of its GPU types ({', '.join(sorted(rec['gpu_types']))})")
+        cores = max(1, part.gpus_per_node) * part.cpus_per_proc
+        if rec["cpus"] is not None and cores > rec["cpus"]:
+            problems.append(f"a full node's job asks {cores} cores, its nodes have {rec['cpus']}")
+        if part.mem_per_node and rec["mem_mb"] and mem_mb(part.mem_per_node) > rec["mem_mb"]:
+            problems.append(f"mem_per_node {part.mem_per_node} is more than its nodes' {rec['mem_mb']} MB")
+        limit = limit_seconds(rec["time"])
+        steps = [s for s in STEPS if profile.partition_for(s).key == part.key]
+        longest = max([time_seconds(profile.time_for(s)) for s in steps] or [0])
+        if longest > limit:
+            problems.append(f"a step asks {longest // 60} min, its time limit is {rec['time']}")
+        if part.max_time and time_seconds(part.max_time) > limit:
+            problems.append(f"max_time {part.max_time} is longer than its limit {rec['time']}")
+        found_text = (f"up, {rec['nodes']} nodes, {rec['gpus']} GPUs, {rec['cpus']} cores and {rec['mem_mb']} MB a node, "
+                      f"limit {rec['time']}")
+        lines.append(Line(label, FIX, "; ".join(problems) + f" ({found_text}). Fix: correct the profile or ask your "
+                          "admins") if problems else Line(label, OK, found_text))
+    return lines
+
+
+def account_line(profile: Profile, user: str) -> Line:
+    if not profile.account:
+        try:
+            mine = sorted(set(slurm(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
+                                     "format=Account"]).split()))
+        except RuntimeError as e:
+            return Line("account", FIX, f"accounting does not answer ({str(e)[:160]}): the watch and `workshop verify` "
+                        "read sacct. Fix: ask your admins whether slurmdbd runs")
+        return Line("account", INFO, f"none set: jobs go to {user}'s default account ({user}'s accounts: {', '.join(mine) or 'none'})")
+    try:
+        rows = slurm(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}", f"account={profile.account}",
+                      "format=Account,Partition,QOS"]).split()
+    except RuntimeError as e:
+        return Line("account", FIX, f"accounting does not answer ({str(e)[:160]}). Fix: ask your admins whether slurmdbd runs")
+    if not rows:
+        return Line("account", FIX, f"{user} has no association with account {profile.account!r} (sacctmgr show assoc). "
+                    f"Fix: set [slurm] account to one of yours (`sacctmgr show assoc user={user}`)")
+    return Line("account", OK, f"{profile.account}: {user} may submit to it")
+
+
+def qos_line(profile: Profile) -> Line | None:
+    if not profile.qos:
+        return None
+    try:
+        names = slurm(["sacctmgr", "-n", "-P", "show", "qos", profile.qos, "format=Name"]).split()
+    except RuntimeError as e:
+        return Line("qos", FIX, f"accounting does not answer ({str(e)[:160]})")
+    return (Line("qos", OK, profile.qos) if profile.qos in names else
+            Line("qos", FIX, f"no QOS {profile.qos!r} (sacctmgr show qos). Fix: set [slurm] qos to one your account has"))
+
+
+def reservation_line(profile: Profile, user: str) -> Line:
+    name = profile.reservation
+    if not name:
+        return Line("reservation", INFO, "none: on class days put the class's reservation in [slurm] reservation")
+    try:
+        text = slurm(["scontrol", "show", "reservation", name])
+    except RuntimeError as e:
+        return Line("reservation", FIX, f"{name!r}: {str(e)[:200]}. Fix: ask your admins for the reservation, or "
+                    "leave [slurm] reservation empty until it exists")
+    fields = dict(re.findall(r"(\w+)=(\S*)", text))
+    from datetime import datetime
+    try:
+        ended = datetime.fromisoformat(fields.get("EndTime", "")) < datetime.now()
+    except ValueError:
+        ended = False
+    users = [u for u in fields.get("Users", "(null)").split(",") if u not in ("(null)", "")]
+    accounts = [a for a in fields.get("Accounts", "(null)").split(",") if a not in ("(null)", "")]
+    if ended:
+        return Line("reservation", FIX, f"{name} ended at {fields['EndTime']}. Fix: ask for the class's dates")
+    if users and user not in users and not (profile.account and profile.account in accounts):
+        return Line("reservation", FIX, f"{name} is for users {','.join(users)} / accounts {','.join(accounts) or '-'}, "
+                    f"not {user} or account {profile.account or '(default)'}. Fix: ask your admins to add the class")
+    return Line("reservation", OK, f"{name}: {fields.get('StartTime')} to {fields.get('EndTime')}, nodes {fields.get('Nodes')}")
+
+
+def session_line(profile: Profile, found: dict[str, dict[str, Any]]) -> Line:
+    if not profile.session_partition:
+        return Line("JupyterLab sessions", INFO, "no [ood] partition: Open OnDemand's app needs a CPU or interactive "
+                    "partition named there")
+    part = profile.partitions[profile.session_partition]
+    rec = found.get(part.name)
+    if rec is None or not rec["up"]:
+        return Line("JupyterLab sessions", FIX, f"partition {part.name!r} ({'not up' if rec else 'unknown to sinfo'}). "
+                    "Fix: name a CPU or interactive partition that exists in [slurm.partitions.*] and [ood]")
+    return Line("JupyterLab sessions", OK, f"{part.name}: {profile.session_cpus} cores and {profile.session_mem} a "
+                "session, no GPU")
+
+
+# ------------------------------------------------------------------------------ what the node says
+
+def arch_covers(arch_list: list[str], capability: tuple[int, int]) -> bool:
+    """Whether a torch wheel built for `arch_list` runs kernels on a GPU of `capability`: a cubin for
+    sm_XY runs on X.Z with Z >= Y (same major); PTX (compute_XY) is compiled for any later GPU."""
+    major, minor = capability
+    for arch in arch_list:
+        m = re.fullmatch(r"(sm|compute)_(\d+?)(\d)a?", arch)
+        if not m:
+            continue
+        a_major, a_minor = int(m.group(2)), int(m.group(3))
+        if m.group(1) == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if m.group(1) == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
+def bf16_steps(profile: Profile, part: Partition) -> list[str]:
+    """The training steps on `part` that the profile runs in bf16."""
+    from workshop.slurm.steps import STEPS, step_config
+
+    return [s for s, info in STEPS.items() if info.program == "train" and profile.partition_for(s).key == part.key
+            and step_config(s, profile).precision == "bf16"]
+
+
+def node_lines(label: str, report: dict[str, Any], profile: Profile, part: Partition,
+               min_free_gb: float) -> list[Line]:
+    """One GPU partition's job report as lines: torch and CUDA, the architectures, bf16, NCCL, the offline
+    load, free disk."""
+    lines: list[Line] = []
+    gpu_checks = ("torch, CUDA", "GPU architecture", "bf16", "NCCL")
+    hardware = report.get("nvidia_gpus", [])
+    if "torch_error" in report:
+        lines.append(Line(f"{label}: torch, CUDA", FIX, f"{report['torch_error']}. Fix: the profile's [env] setup must "
+                          "activate the course environment (bloom_env) on the nodes"))
+        lines += [Line(f"{label}: {c}", INFO, "not checked (torch did not load)") for c in gpu_checks[1:]]
+    elif not report.get("cuda_available"):
+        torch_text = f"torch {report['torch']}" + (f" (CUDA {report['torch_cuda']})" if report.get("torch_cuda") else " (CPU build)")
+        if not hardware:
+            why = (f"{NO_GPU_TEXT}: the node has no NVIDIA device (Slurm's CUDA_VISIBLE_DEVICES="
+                   f"{report.get('visible_devices')} names a GPU slot only); {torch_text}")
+            lines.append(Line(f"{label}: torch, CUDA", NO_GPU, why))
+            lines += [Line(f"{label}: {c}", NO_GPU, NO_GPU_TEXT) for c in gpu_checks[1:]]
+        else:
+            fix = ("install the CUDA build (bloom_env.yml: torch from the download.pytorch.org/whl/cu126 index)"
+                   if not report.get("torch_cuda") else
+                   f"the node's driver may be older than CUDA {report['torch_cuda']} needs: load no CUDA module, keep "
+                   "the driver's cuda-compat folder on LD_LIBRARY_PATH (the batch script keeps it), or use a torch "
+                   "build for an older CUDA")
+            lines.append(Line(f"{label}: torch, CUDA", FIX, f"the node has {len(hardware)} x {hardware[0]} but {torch_text} "
+                              f"sees no GPU. Fix: {fix}"))
+            lines += [Line(f"{label}: {c}", INFO, "not checked (torch sees no GPU)") for c in gpu_checks[1:]]
+    else:
+        cap = tuple(report["capability"])
+        sm = f"sm_{cap[0]}{cap[1]}"
+        lines.append(Line(f"{label}: torch, CUDA", OK, f"torch {report['torch']} (CUDA {report['torch_cuda']}), driver "
+                          f"{report.get('driver') or 'unknown'}, {report['device_count']} x {report['name']} "
+                          f"({report['memory_gb']} GB)"))
+        archs = report.get("arch_list", [])
+        lines.append(Line(f"{label}: GPU architecture", OK, f"{sm} ({report['name']}) is covered by the wheel's "
+                          f"{' '.join(archs)}") if arch_covers(archs, cap) else
+                     Line(f"{label}: GPU architecture", FIX, f"the wheel carries no kernels for {sm} ({report['name']}): "
+                          f"it has {' '.join(archs) or 'none'}. Fix: install torch from a CUDA index that still builds "
+                          f"{sm} (cu126 builds sm_50..sm_90, V100's sm_70 included; cu128 and later dropped Volta)"))
+        wanted = bf16_steps(profile, part)
+        if report.get("bf16"):
+            lines.append(Line(f"{label}: bf16", OK, f"supported{' (the profile uses it for ' + ', '.join(wanted) + ')' if wanted else ''}"))
+        elif wanted:
+            lines.append(Line(f"{label}: bf16", FIX, f"{report['name']} has no bf16, but the profile runs {', '.join(wanted)} "
+                              f"in bf16 on this partition. Fix: precision = \"fp16\" in [run.<step>] for those steps "
+                              "(or move them to a partition with bf16)"))
+        else:
+            lines.append(Line(f"{label}: bf16", OK, f"not supported by {report['name']}; the profile uses none here"))
+        nccl = report.get("nccl", {})
+        variables = ", ".join(f"{k}={v}" for k, v in sorted(nccl.get("env", {}).items())) or "no NCCL_* variables"
+        lines.append(Line(f"{label}: NCCL", OK, f"NCCL {nccl['version']}: init and all_reduce on one GPU in "
+                          f"{nccl['seconds']} s ({variables})") if nccl.get("ok") else
+                     Line(f"{label}: NCCL", FIX, f"{nccl.get('error', 'all_reduce gave a wrong sum')}. Fix: check [nccl] "
+                          "in the profile (socket_ifname, ib_hca, the plugin) against `ip -br link` and `ibv_devinfo -l` "
+                          "on a compute node"))
+    lines += report_lines(report.get("offline", {}), f"{label}: offline load")
+    for name, disk in report.get("disk", {}).items():
+        if "error" in disk:
+            lines.append(Line(f"{label}: disk {name}", FIX, f"{disk['path']}: {disk['error']}"))
+        elif disk["free_gb"] < min_free_gb:
+            lines.append(Line(f"{label}: disk {name}", FIX, f"{disk['path']}: {disk['free_gb']} GB free, less than "
+                              f"{min_free_gb:g} GB. Fix: free space there, or point the jobs elsewhere"))
+        else:
+            lines.append(Line(f"{label}: disk {name}", OK, f"{disk['path']}: {disk['free_gb']} GB free, seen from the node"))
+    return lines
+
+
+def preflight_profile(profile: Profile, part: Partition) -> Profile:
+    """The profile with the preflight step on `part`, for at most PREFLIGHT_TIME_S (the partition's limit)."""
+    limit = min(PREFLIGHT_TIME_S, time_seconds(part.max_time) if part.max_time else PREFLIGHT_TIME_S)
+    steps = {**profile.step_slurm, "preflight": {"partition": part.key,
+                                                  "time": f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"}}
+    return dataclasses.replace(profile, step_slurm=steps)
+
+
+def job_lines(profile: Profile, jobs_dir: Path, timeout: float, min_free_gb: float) -> list[Line]:
+    """One 1-GPU job per GPU partition (the default partition where the profile has none), submitted
+    together, watched together, each job's report turned into lines."""
+    from workshop.slurm.jobs import submit
+    from workshop.slurm.node_check import MARK
+    from workshop.slurm.watch import wait_all
+
+    parts = [p for p in profile.partitions.values() if p.gpus_per_node] or [profile.partitions[profile.partition]]
+    jobs, lines = {}, []
+    for part in parts:
+        label = part.name or part.key
+        try:
+            jobs[part.key] = submit("preflight", profile=preflight_profile(profile, part), jobs_dir=jobs_dir,
+                                    name=f"workshop-preflight-{part.key}", resubmit=True)
+        except (ConfigError, RuntimeError, OSError) as e:
+            lines.append(Line(f"{label}: job", FIX, f"not submitted: {e}"))
+    if jobs:
+        names = ", ".join(f"{j.job_id} ({k})" for k, j in jobs.items())
+        print(f"[preflight] jobs {names} submitted; waiting for them (at most {timeout:.0f} s)", flush=True)
+        wait_all(jobs, timeout=timeout, quiet=True)
+    for key, job in jobs.items():
+        part = profile.partitions[key]
+        label = part.name or part.key
+        state = job.state()
+        report_line = next((ln for ln in job.tail(400).splitlines() if ln.startswith(MARK + " ")), None)
+        if not state.finished:
+            job.cancel()
+            lines.append(Line(f"{label}: job", FIX, f"job {job.job_id} was still {state.value} after {timeout:.0f} s "
+                              f"({job.reason or 'no reason given'}); cancelled. Fix: run preflight when the partition "
+                              "has room (or with --timeout), and check the request fits (`squeue -j ID -o %r`)"))
+            continue
+        if report_line is None:
+            lines.append(Line(f"{label}: job", FIX, f"job {job.job_id} {state.value} without a report "
+                              f"({job.reason or 'see its log'}): {job.log_path}. Fix: read the log's end "
+                              f"(`workshop logs {job.job_id} --jobs-dir {jobs_dir}`)"))
+            continue
+        report = json.loads(report_line.split(" ", 1)[1])
+        lines.append(Line(f"{label}: job", OK, f"job {job.job_id} on {report['host']}: {state.value}"
+                          + (f" in {job.elapsed():.0f} s" if job.elapsed() is not None else "")))
+        lines += node_lines(label, report, profile, part, min_free_gb)
+    return lines
+
+
+def preflight(profile: Profile, jobs_dir: Path, timeout: float = 900, min_free_gb: float = MIN_FREE_GB) -> list[Line]:
+    user = getpass.getuser()
+    lines = [Line("profile", OK, f"{profile.source} ({profile.backend} backend)")]
+    if profile.backend == "slurm":
+        try:
+            found = sinfo_partitions(slurm(["sinfo", "-h", "-a", "-o", "%R|%a|%l|%c|%m|%G|%D"]))
+        except RuntimeError as e:
+            return lines + [Line("slurm", FIX, f"{e}. Fix: run preflight on a login node of the cluster")]
+        lines += partition_lines(profile, found)
+        lines.append(account_line(profile, user))
+        lines += [x for x in (qos_line(profile),) if x is not None]
+        lines.append(reservation_line(profile, user))
+        lines.append(session_line(profile, found))
+    else:
+        lines.append(Line("slurm", INFO, "backend local: no Slurm to check; the node job runs on this machine"))
+    return lines + job_lines(profile, jobs_dir, timeout, min_free_gb)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="workshop preflight", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default=None, help="site profile (name or .toml path)")
+    ap.add_argument("--jobs-dir", type=Path, default=Path("preflight-jobs"),
+                    help="where the check jobs' folders go (default ./preflight-jobs); its free disk is checked")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds to wait for the jobs (default 900)")
+    ap.add_argument("--min-free-gb", type=float, default=MIN_FREE_GB, help="free disk a job folder needs (default 10)")
+    args = ap.parse_args(argv)
+    try:
+        profile = load_profile(args.profile)
+    except ProfileError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    lines = preflight(profile, args.jobs_dir, args.timeout, args.min_free_gb)
+    print(table(lines, f"workshop preflight: profile {profile.name}"))
+    return exit_code(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
