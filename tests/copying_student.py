@@ -67,6 +67,17 @@ held_fraction = {name: 1.0 if name == "ddp" else 0.5 for name in [*runs, "hybrid
         "nb03-settings": '''
 my_settings = dict(sharding="full_shard", offload=False, activation_checkpointing=True, batch_size=site.batch_size,
                    grad_acc=1)   # section 2's checkpointing run, whose peak fitted the budget''',
+        "nb03-comm-predict": '''
+def sent_elements(strategy, n_ranks, model, micro_batches=1):
+    share = (n_ranks - 1) / n_ranks   # the table "How many bytes each strategy sends", as it prints them
+    if strategy == "ddp":
+        return {"all_reduce": 2 * share * model["params"]}
+    if strategy == "shard_grad_op":
+        return {"all_gather": share * model["params"], "reduce_scatter": share * model["params"]}
+    return {"all_gather": 2 * share * model["params"], "reduce_scatter": share * model["params"]}
+
+
+comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model) for name, spec in runs.items()}''',
     },
     "04_multi_gpu": {
         "nb04-predict": '''
@@ -162,6 +173,18 @@ from workshop.training import fsdp_rules
 memory_ranking = sorted(runs, key=lambda name: float(lab.predict(**runs[name])["peak"]))
 held_fraction = {name: fsdp_rules.held_fraction(spec["sharding"], 16) for name, spec in runs.items()}
 held_fraction["hybrid_shard"] = fsdp_rules.held_fraction("hybrid_shard", 16, replicas=2)''',
+        "nb03-comm-predict": '''
+from workshop.results import comm
+
+
+def sent_elements(strategy, n_ranks, model, micro_batches=1):
+    name = next(m for m in ("tiny", "bloom-560m", "bloom-7b1") if comm.model_facts(m) == model)
+    by_kind = comm.predict(name, strategy, n_ranks, grad_acc=micro_batches).by_kind(0)
+    return {kind: sums["sent_elements"] for kind, sums in by_kind.items()}
+
+
+comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model, micro_batches)
+                   for name, spec in runs.items()}''',
         "nb03-settings": '''
 _row = challenge.load_sweep(lab.profile, lab.overrides).table().iloc[0]   # the sweep's fastest that fits
 my_settings = dict(sharding=str(_row["sharding"]), offload=bool(_row["offload"]),

@@ -197,6 +197,9 @@ def test_a_debugging_module_imported_in_one_cell_is_judged_where_it_is_used() ->
      r"calls `lab\.predict`"),
     ("rank = sorted(runs, key=lambda r: lab.predict(**runs[r])['peak'])", r"calls `lab\.predict`"),
     ("def f(n):\n    return explore(gpus=n).mb", "calls `explore`"),
+    ("from workshop.results import comm\nx = comm.predict('bloom-560m', 'ddp', 8).by_kind(0)",
+     "workshop.results.comm"),   # the reference of notebook 03's sent_elements
+    ("def sent_elements(s, n, m, k=1):\n    return comm.model_facts('tiny')", "uses `comm`"),
 ])
 def test_reference_only_code_in_a_students_cell_is_flagged(source: str, reason: str) -> None:
     found = scan_answers(source)

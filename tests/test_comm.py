@@ -290,9 +290,13 @@ def test_tables_show_not_measured_never_zeros(probe: Path) -> None:
     assert table.loc[("blocked", "total"), "status"].startswith("not measured: the step's trace could not be read")
     assert table.loc[("old", "all_gather"), "status"].startswith("not measured: the run recorded no collectives")
     assert table.loc[("blocked", "all_gather"), "model"] > 0  # the model still predicts it
+    assert table.loc[("blocked", "total"), "predicted"] == 1.0  # a prediction by kind sums to its total
     assert any("blocked: not measured" in n for n in table.attrs["notes"])
     net = network_table([missing])
     assert net["network_bytes"].isna().all() and (net["kinds_across"] == "not measured").all()
+    kinds = network_table([missing], by="node", split_kinds=True)
+    split = [c for c in kinds.columns if c.startswith("network_bytes[")]
+    assert split and kinds[split].isna().all().all() and kinds["status"].str.startswith("not measured").all()
 
 
 @probe_test
@@ -407,6 +411,9 @@ def test_two_nodes_count_what_crosses_per_node_and_per_rank(runs: RunCache) -> N
     assert groups[(0, 2)] and groups[(1, 3)] and not groups[(0, 1)] and not groups[(2, 3)]
     per_node = network_table([run.out_dir], by="node")
     assert (per_node["network_bytes"] == per_node["model_network_bytes"]).all()
+    kinds = network_table([run.out_dir], by="node", split_kinds=True)   # notebook 05's feedback, by kind
+    assert (kinds["network_bytes[all_reduce]"] == kinds["network_bytes"]).all() and (kinds["network_bytes"] > 0).all()
+    assert (kinds["network_bytes[all_gather]"] == 0).all() and (kinds["network_bytes[reduce_scatter]"] == 0).all()
     per_rank = network_table([run.out_dir])
     assert (per_rank["inter_node_bytes"] == per_rank["model_inter_node_bytes"]).all()
     assert per_node["network_bytes"].sum() == per_rank["network_bytes"].sum()
@@ -444,3 +451,28 @@ def test_comm_record_is_a_config_field_on_by_default() -> None:
 
     assert config_from_args(build_parser().parse_args([]), {}).comm_record is True
     assert config_from_args(build_parser().parse_args(["--no-comm-record"]), {}).comm_record is False
+
+
+def test_a_step_without_trace_shows_not_measured_in_the_timeline_never_zeros(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Notebook 04's timeline of a run whose step could not be recorded: every figure NaN with the summary's
+    reason, and the plot draws that reason instead of empty rows (a step with no communication)."""
+    from workshop.course.lab import Lab
+
+    run = tmp_path / "run"
+    run.mkdir()
+    reason = "the step's trace could not be read: profiler error (test)"
+    (run / "summary.json").write_text(json.dumps({"world_size": 2, "hosts": ["n1", "n1"],
+                                                  "comm": {"status": "not measured", "reason": reason, "step": 3}}))
+    monkeypatch.chdir(tmp_path)
+    lab = Lab("local", quiet=True)
+    table = lab.timeline(run)
+    figures = ["compute_ms", "collective_ms", "overlapped_ms", "exposed_ms"]
+    assert list(table.index) == [0, 1] and table[figures].isna().all().all() and not (table[figures] == 0).any().any()
+    assert (table["status"] == f"not measured: {reason}").all()
+    fig = lab.plot("timeline", run, save="missing")
+    shown = [t.get_text() for t in fig.axes[0].texts]
+    assert shown == [f"not measured: {reason}"] and not fig.axes[0].patches
+    assert (tmp_path / "plots" / "missing.png").stat().st_size > 0
+    (run / "summary.json").write_text(json.dumps({"world_size": 1, "comm": {"status": "measured", "per_rank": []}}))
+    assert lab.timeline(run)["status"].iloc[0].startswith("not measured: the run counted its collectives but kept no")

@@ -159,12 +159,21 @@ class Lab:
 
         return comm_table([self._source(j) for j in jobs], names, predicted, measure)
 
-    def network(self, jobs: Sequence[Any], names: Sequence[str] | None = None, by: str = "rank") -> pd.DataFrame:
-        """What crosses between nodes per rank or per node, measured beside the model
-        (workshop.results.comm_compare.network_table)."""
+    def network(self, jobs: Sequence[Any], names: Sequence[str] | None = None, by: str = "rank",
+                split_kinds: bool = False) -> pd.DataFrame:
+        """What crosses between nodes per rank or per node, measured beside the model, and per node by kind
+        with `split_kinds` (workshop.results.comm_compare.network_table)."""
         from workshop.results.comm_compare import network_table
 
-        return network_table([self._source(j) for j in jobs], names, by)
+        return network_table([self._source(j) for j in jobs], names, by, split_kinds)
+
+    def timeline(self, job: Any) -> pd.DataFrame:
+        """One job's recorded step per rank: compute, collective, overlapped and exposed milliseconds;
+        "not measured" and why (NaN, never 0) where it recorded none (comm_compare.timeline_table).
+        `lab.plot("timeline", job)` draws the same step."""
+        from workshop.results.comm_compare import timeline_table
+
+        return timeline_table(self._source(job))
 
     def gpu_counts(self, step: str = "multi_gpu") -> list[int]:
         """1, 2, 4, ... up to the GPUs of one node of the step's partition (CPU profiles: up to 4)."""
@@ -261,6 +270,13 @@ class Lab:
         from workshop.results import plots
 
         path = Path("plots") / f"{save}.png" if save else None
+        if kind == "timeline":  # one job's recorded step (its run folder holds the trace)
+            from workshop.results import comm_plots
+            from workshop.results.comm_compare import run_status
+
+            job = jobs[0] if isinstance(jobs, (list, tuple)) else jobs
+            status = run_status(self._source(job))
+            return comm_plots.step_timeline(job, path=path, why_missing=None if status == "measured" else status)
         sources = [self._source(j) for j in jobs] if not isinstance(jobs, pd.DataFrame) else []
         if kind == "loss":
             return plots.loss_curves(sources, path)
@@ -273,12 +289,9 @@ class Lab:
         if kind == "memory_categories":
             table = jobs if isinstance(jobs, pd.DataFrame) else self.memory(jobs, kw.get("names"))
             return plots.memory_category_bars(table, path=path)
-        if kind in ("comm", "timeline"):
+        if kind == "comm":
             from workshop.results import comm_plots
 
-            if kind == "timeline":  # one job's recorded step (its run folder holds the trace)
-                job = jobs[0] if isinstance(jobs, (list, tuple)) else jobs
-                return comm_plots.step_timeline(job, path=path)
             table = jobs if isinstance(jobs, pd.DataFrame) else self.comm(jobs, kw.get("names"), kw.get("predicted"))
             return comm_plots.comm_bars(table, path=path)
         raise ValueError(f"unknown plot kind {kind!r}: use loss, scaling, bandwidth, memory, memory_categories, "

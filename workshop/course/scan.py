@@ -115,6 +115,7 @@ REFERENCE_NAMES: dict[str, str] = {
     "root_params": "the memory model's count of the root unit",
     "fsdp_rules": "the rules the predictions are graded against (workshop.training.fsdp_rules)",
     "traffic": "the network traffic rule (workshop.results.traffic)",
+    "comm": "the communication model (workshop.results.comm): every collective a step runs",
     "diagnose": "workshop diagnose (the failure category notebook 05 grades)",
     "challenge": "notebook 03's budget challenge and the instructor's sweep (workshop.course.challenge)",
     "STATIC_RUNS": "the course's own settings of every run (workshop.course.budget)",
@@ -129,6 +130,7 @@ REFERENCE_NAMES: dict[str, str] = {
 REFERENCE_MODULES: dict[str, str] = {
     "workshop.training.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
     "workshop.results.traffic": REFERENCE_NAMES["traffic"],
+    "workshop.results.comm": REFERENCE_NAMES["comm"],
     "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
     "workshop.course.challenge": REFERENCE_NAMES["challenge"],
     "workshop.course.budget": REFERENCE_NAMES["STATIC_RUNS"],

@@ -90,6 +90,17 @@ def units(model: str | Arch, sharding: str = "full_shard", wrapping: str = "acce
             Unit("transformer.word_embeddings, transformer.ln_f, lm_head", ((V, h), (h,), (h,)), False), *blocks]
 
 
+def model_facts(model: str | Arch, wrapping: str = "accelerate") -> dict[str, int]:
+    """What a prediction of one rank's collectives starts from, as notebook 03 asks it: the parameters
+    (`params`), the elements of the units full_shard keeps gathered from forward to backward (`kept_gathered`:
+    the root and the embedding unit), and the parameter tensors (`tensors`: clipping all-reduces one fp32
+    partial norm for each)."""
+    the_units = units(model, "full_shard", wrapping)
+    return {"params": sum(u.elements for u in the_units),
+            "kept_gathered": sum(u.elements for u in the_units if not u.regathered),
+            "tensors": sum(len(u.shapes) for u in the_units)}
+
+
 @dataclass(frozen=True)
 class Collective:
     """One predicted collective of a rank's step."""

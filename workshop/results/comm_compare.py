@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 
 from workshop.results.comm import KINDS, predict_config
+from workshop.results.comm_timeline import read_timeline
 from workshop.results.logs import load
 
 NOT_MEASURED = "not measured"
@@ -28,6 +29,35 @@ def _status(comm: Mapping[str, Any] | None) -> str:
     if comm.get("status") != "measured":
         return f"{NOT_MEASURED}: {comm.get('reason') or 'no reason given'}"
     return "measured"
+
+
+def run_status(run: Any) -> str:
+    """"measured", or "not measured: why" for a run whose step was not recorded (its summary's `comm`)."""
+    return _status((load(run).summary or {}).get("comm"))
+
+
+TIMELINE_COLUMNS = ("compute_ms", "collective_ms", "overlapped_ms", "exposed_ms")
+
+
+def timeline_table(run: Any) -> pd.DataFrame:
+    """One run's recorded step per rank: milliseconds of compute, of collectives, of collective time that
+    overlapped compute and that was exposed (workshop.results.comm_timeline), and `status`. A run with no
+    trace of its step has one row per rank with NaN figures and "not measured: why" (its summary's
+    reason), never zeros."""
+    try:
+        return pd.DataFrame([{**r, "status": "measured"} for r in read_timeline(run).summary()]).set_index("rank")
+    except FileNotFoundError:
+        pass
+    summary = load(run).summary or {}
+    status = _status(summary.get("comm"))
+    if status == "measured":
+        status = f"{NOT_MEASURED}: the run counted its collectives but kept no trace of the step"
+    hosts = summary.get("hosts") or []
+    world = int(summary.get("world_size") or len(hosts) or 1)
+    df = pd.DataFrame([{"rank": r, "host": hosts[r] if r < len(hosts) else NaN, **dict.fromkeys(TIMELINE_COLUMNS, NaN),
+                        "status": status} for r in range(world)]).set_index("rank")
+    df.attrs["notes"] = [status]
+    return df
 
 
 def _read(runs: Sequence[Any], names: Sequence[str] | None,
@@ -48,12 +78,15 @@ def _read(runs: Sequence[Any], names: Sequence[str] | None,
 
 
 def _own(predicted: Mapping[str, Any] | None, name: str, kind: str) -> float:
-    """A prediction of one's own for a run and kind: {run: {kind: value}} or {run: total}."""
+    """A prediction of one's own for a run and kind: {run: {kind: value}} (its total: the sum of the kinds,
+    unless it gives one) or {run: total}."""
     if predicted is None or name not in predicted or predicted[name] is None:
         return NaN
     value = predicted[name]
     if isinstance(value, Mapping):
         v = value.get(kind)
+        if kind == "total" and v is None and value:
+            return float(sum(float(x) for x in value.values() if x is not None))
         return NaN if v is None else float(v)
     return float(value) if kind == "total" else NaN
 
@@ -105,7 +138,8 @@ def comm_table(runs: Sequence[Any], names: Sequence[str] | None = None,
     return df
 
 
-def network_table(runs: Sequence[Any], names: Sequence[str] | None = None, by: str = "rank") -> pd.DataFrame:
+def network_table(runs: Sequence[Any], names: Sequence[str] | None = None, by: str = "rank",
+                  split_kinds: bool = False) -> pd.DataFrame:
     """What crosses between nodes, per rank (`by="rank"`) or per node (`by="node"`), measured beside the
     model, in bytes per optimizer step, all kinds together.
 
@@ -113,7 +147,8 @@ def network_table(runs: Sequence[Any], names: Sequence[str] | None = None, by: s
     ring traffic in them, the rule notebook 05 uses); `network_bytes`, the part its ring sends to a rank on
     another node; `kinds_across`, the kinds whose group spans nodes. Per node: `network_bytes`, the
     bytes that leave the node (its ranks' network_bytes). Each with `model_` beside it; NaN plus a
-    "not measured" status where the run measured nothing."""
+    "not measured" status where the run measured nothing. `split_kinds` (per node) adds the measured
+    network bytes of each kind, `network_bytes[KIND]` (0: measured, none of that kind left the node)."""
     if by not in ("rank", "node"):
         raise ValueError("by must be 'rank' or 'node'")
     rows: list[dict[str, Any]] = []
@@ -139,11 +174,17 @@ def network_table(runs: Sequence[Any], names: Sequence[str] | None = None, by: s
             by_ranks = {tuple(v["ranks"]): (host, v) for host, v in measured_nodes.items()}
             for node, entry in pred.per_node().items():
                 host, got = by_ranks.get(tuple(entry["ranks"]), (NaN, None))
-                rows.append({"run": name, "node": node, "host": host, "ranks": entry["ranks"],
-                             "model_network_bytes": sum(entry["network_bytes"].values()),
-                             "network_bytes": sum(got["network_bytes"].values()) if got else NaN,
-                             "status": status})
+                row = {"run": name, "node": node, "host": host, "ranks": entry["ranks"],
+                       "model_network_bytes": sum(entry["network_bytes"].values()),
+                       "network_bytes": sum(got["network_bytes"].values()) if got else NaN, "status": status}
+                if split_kinds:
+                    measured = got["network_bytes"] if got else {}
+                    for kind in [*KINDS, *sorted(k for k in measured if k not in KINDS)]:
+                        row[f"network_bytes[{kind}]"] = float(measured.get(kind, 0)) if got else NaN
+                rows.append(row)
     df = pd.DataFrame(rows).set_index(["run", by])
+    if split_kinds:   # the kinds' columns before the status
+        df = df[[c for c in df.columns if c != "status"] + ["status"]]
     df.attrs["notes"] = notes
     return df
 

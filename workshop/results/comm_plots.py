@@ -56,16 +56,25 @@ def comm_bars(table: pd.DataFrame, path: str | Path | None = None) -> Any:
     ax.set_title("Collectives per optimizer step: prediction vs measurement")
     handles = [Patch(color=KIND_COLOURS.get(k, "C5"), label=k) for k in sorted(labelled, key=_order)]
     handles += [Patch(facecolor="white", edgecolor="0.3", hatch=hatches[c], label=c) for c in columns]
-    ax.legend(handles=handles, fontsize=8)
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))   # beside, not on, the bars
     ax.grid(axis="y", alpha=0.3)
     return _save(fig, path)
 
 
-def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 16) -> Any:
+def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 16, why_missing: str | None = None) -> Any:
     """One recorded optimizer step: a row per rank, compute in grey, each collective coloured by kind
     (its span on the backend: gloo's worker, NCCL's kernel). `source`: a job, a run or job folder, or
-    the run's comm_trace.json."""
-    timeline = read_timeline(source)
+    the run's comm_trace.json. A run with no trace draws "not measured" and why (`why_missing`, its
+    summary's reason) where the rows would be: an empty step is not a step with no communication."""
+    try:
+        timeline = read_timeline(source)
+    except FileNotFoundError:
+        fig, ax = plt.subplots(figsize=(10, 2))
+        ax.text(0.5, 0.5, why_missing or f"{NOT_MEASURED}: the run kept no trace of its step", ha="center", va="center",
+                wrap=True, fontsize=10)
+        ax.set_axis_off()
+        ax.set_title("Optimizer step, rank by rank", fontsize=9)
+        return _save(fig, path)
     lanes = timeline.lanes[:max_ranks]
     fig, ax = plt.subplots(figsize=(10, 0.7 * len(lanes) + 1.8))
     labelled: set[str] = set()
