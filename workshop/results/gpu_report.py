@@ -21,7 +21,6 @@ import platform
 import re
 import shutil
 import socket
-import subprocess
 import sys
 import tarfile
 import tomllib
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workshop.results.bench import REPO, device_slug, unique_stem
+from workshop.slurm.node_check import driver_version
 from workshop.training import run_record
 
 PYPROJECT = REPO / "pyproject.toml"
@@ -91,30 +91,6 @@ def drift(pinned: dict[str, str], here: dict[str, str | None]) -> list[dict[str,
 
 
 # ---------------------------------------------------------------------------------------- the machine
-
-
-def driver_version() -> str | None:
-    """The NVIDIA driver: NVML (nvidia-ml-py) first, nvidia-smi second; None without one."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            version = pynvml.nvmlSystemGetDriverVersion()
-            return version.decode() if isinstance(version, bytes) else str(version)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML library, or no GPU: try the command line tool
-        pass
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None
-    try:
-        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30).stdout.strip().splitlines()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out[0].strip() if out else None
 
 
 def gpu() -> dict[str, Any]:

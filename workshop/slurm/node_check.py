@@ -46,16 +46,29 @@ def nvidia_gpus() -> list[str]:
 
 
 def driver_version() -> str | None:
+    """The NVIDIA driver: NVML (nvidia-ml-py, in the course environment) first, nvidia-smi second; None
+    without one (the fact is then "unknown"). The preflight job and the GPU tier's report both ask it."""
     try:
-        import pynvml   # nvidia-ml-py, in the course environment
+        import pynvml
+
         pynvml.nvmlInit()
         try:
             version = pynvml.nvmlSystemGetDriverVersion()
             return version.decode() if isinstance(version, bytes) else str(version)
         finally:
             pynvml.nvmlShutdown()
-    except Exception:   # noqa: BLE001 -- no driver, no library: the fact is "unknown"
+    except Exception:  # noqa: BLE001 -- no NVML library, or no GPU: try the command line tool
+        pass
+    import subprocess
+    smi = shutil.which("nvidia-smi")
+    if not smi:
         return None
+    try:
+        out = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30).stdout.strip().splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out[0].strip() if out else None
 
 
 def cuda_facts() -> dict[str, Any]:
