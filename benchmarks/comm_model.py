@@ -22,10 +22,8 @@ over 1 %.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -76,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", default="", help="comma-separated: run only the configurations whose id contains one")
     args = p.parse_args(argv)
 
-    from importlib.metadata import version
+    from benchmarks import machine
 
     load = os.getloadavg()[0]
     wanted = [w for w in args.only.split(",") if w]
@@ -91,12 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     worst = max((r["max_rel_error"] for r in results.values() if r["max_rel_error"] is not None), default=None)
     failed = [n for n, r in results.items() if r["max_rel_error"] is None or r["max_rel_error"] > BOUND]
     result = {
-        "what": "communication model vs the measured step's collectives, every rank, kind and measure: the "
-                "largest relative error per configuration (tests/test_comm.py's list and the rest of the sweep)",
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "load_1min_before": round(load, 2), "python": platform.python_version(),
-                    "platform": platform.platform()},
-        "versions": {name: version(name) for name in ("torch", "transformers", "accelerate")},
+        **machine.record("communication model vs the measured step's collectives, every rank, kind and measure: "
+                         "the largest relative error per configuration (tests/test_comm.py's list and the rest "
+                         "of the sweep)", load),
         "only": wanted, "bound": BOUND, "runs": len(results), "max_rel_error": worst, "over_the_bound": failed,
         "configurations": results,
     }
