@@ -152,33 +152,31 @@ def test_the_yaml_alone_decides_the_strategy_and_the_run_matches_its_torchrun_tw
 
 
 @pytest.mark.slow
-def test_jobs_of_the_course_launched_by_accelerate_match_their_torchrun_twins(runs: RunCache, tmp_path: Path) -> None:
-    """Jobs on the local backend with launcher="accelerate": notebook 03's shard_grad_op run (one node) and
-    notebook 05's hybrid_shard run (2 nodes x 2, the mesh from the YAML's parallelism_config). Each batch
-    script runs `accelerate launch --config_file accelerate.yaml` (the job's YAML, written from its config.json)
-    on the same training script, and applies and trains exactly as the torchrun run of the same config."""
+def test_a_two_node_job_launched_by_accelerate_matches_its_torchrun_twin(runs: RunCache, tmp_path: Path) -> None:
+    """A job on the local backend with launcher="accelerate": notebook 05's hybrid_shard run (2 nodes x 2,
+    the mesh from the YAML's parallelism_config). Its batch script runs `accelerate launch --config_file
+    accelerate.yaml` (the job's YAML, written from its config.json) on every node, on the same training
+    script, and applies and trains exactly as the torchrun run of the same config. One node's accelerate
+    launch (the YAML alone deciding FULL_SHARD) is the test above; a job's one-node script is the same
+    template with one node (test_every_step_renders_an_accelerate_launch_of_the_same_program)."""
     from workshop.slurm import JobState, submit_all
 
     profile = load_profile("local")
-    specs = {"sgo": ("strategies", step_config("strategies", profile, dict(sharding="shard_grad_op",
-                                                                           launcher="accelerate"))),
-             "hybrid 2x2": ("multi_node", step_config("multi_node", profile, dict(
-                 procs_per_node=2, sharding="hybrid_shard", hybrid_replicas=2, launcher="accelerate")))}
+    specs = {"hybrid 2x2": ("multi_node", step_config("multi_node", profile, dict(
+        procs_per_node=2, sharding="hybrid_shard", hybrid_replicas=2, launcher="accelerate")))}
     jobs = submit_all(specs, profile, jobs_dir=tmp_path / "jobs")
     states = jobs.wait()
-    twins = {"sgo": runs.get("--sharding", "shard_grad_op", nproc=2).summary,     # the same mesh on one node
-             "hybrid 2x2": runs.get("--sharding", "hybrid_shard", "--hybrid-replicas", "2", nproc=4).summary}
-    for name, job in jobs.items():
-        assert states[name] is JobState.COMPLETED, job.tail(60)
-        assert "accelerate launch --config_file" in job.script
-        assert (job.job_dir / FILE).read_text().endswith(to_yaml(load_config(job.job_dir / "config.json")))
-        mine = job.summary()
-        assert mine["launcher"] == "accelerate"
-        assert {k: v for k, v in applied(mine).items() if k != "nodes"} == \
-            {k: v for k, v in applied(twins[name]).items() if k != "nodes"}, name
-        assert mine["eval_losses"] == twins[name]["eval_losses"], name
-    hybrid = jobs["hybrid 2x2"].summary()
-    assert hybrid["mesh"] == [2, 2] and hybrid["nodes"] == 2 and len(set(hybrid["hosts"])) == 2
+    twin = runs.get("--sharding", "hybrid_shard", "--hybrid-replicas", "2", nproc=4).summary  # the mesh on one node
+    job = jobs["hybrid 2x2"]
+    assert states["hybrid 2x2"] is JobState.COMPLETED, job.tail(60)
+    assert "accelerate launch --config_file" in job.script
+    assert (job.job_dir / FILE).read_text().endswith(to_yaml(load_config(job.job_dir / "config.json")))
+    mine = job.summary()
+    assert mine["launcher"] == "accelerate"
+    assert {k: v for k, v in applied(mine).items() if k != "nodes"} == \
+        {k: v for k, v in applied(twin).items() if k != "nodes"}
+    assert mine["eval_losses"] == twin["eval_losses"]
+    assert mine["mesh"] == [2, 2] and mine["nodes"] == 2 and len(set(mine["hosts"])) == 2
 
 
 PROBE = '''
