@@ -134,12 +134,13 @@ def test_bandwidth_across_two_nodes(cluster, jobs_dir):
 
 
 def test_config_error_inside_the_job_is_failed_with_the_reason(cluster, jobs_dir):
-    # fp16 is a valid config, but not on a node without CUDA: only the job itself can find out
-    job = submit("baseline", profile="ci", overrides={**TINY, "precision": "fp16"}, jobs_dir=jobs_dir)
-    state = run_to_end("fp16 on CPU (fails)", job)
+    # device = "cuda" is a valid config, but the test cluster's "GPUs" are /dev/null symlinks: only the job
+    # itself can find out that no GPU is visible (fp16 was the case until fp16 ran on CPU with its scaler)
+    job = submit("baseline", profile="ci", overrides={**TINY, "device": "cuda"}, jobs_dir=jobs_dir)
+    state = run_to_end("cuda without a GPU (fails)", job)
     assert state is JobState.FAILED, job.tail(40)
     assert job.reason.startswith("exit code")
-    assert "fp16" in job.reason, job.reason
+    assert "device" in job.reason and "no GPU is visible" in job.reason, job.reason
     assert cluster.job_record(job.job_id)["State"] == "FAILED"
 
 

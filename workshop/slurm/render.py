@@ -17,7 +17,7 @@ from string import Template
 
 from workshop.training.accelerate_yaml import FILE as ACCELERATE_FILE
 from workshop.training.config import ConfigError, RunConfig
-from workshop.slurm.profiles import TEMPLATES_DIR, Profile, current_env_activation, time_seconds
+from workshop.slurm.profiles import TEMPLATES_DIR, Profile, current_env_activation, scratch_folder, time_seconds
 from workshop.slurm.records import CHECKPOINT_EXIT
 from workshop.slurm.steps import check_fits, get_step
 
@@ -120,11 +120,12 @@ def nccl_exports(profile: Profile) -> list[str]:
 
 def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -> str:
     if get_step(step).program == "preflight":     # workshop preflight: the node's facts, free disk where jobs write
-        # the jobs folder, and the profile's scratch folder where it names one (getattr: a profile field of
-        # the checkpoints' scratch space may not exist in this version)
-        folders = {"jobs": str(config_path.parent.parent), "scratch": getattr(profile, "scratch", "")}
+        # the jobs folder, and the profile's scratch folder where it names one, expanded for the submitting
+        # user as the jobs' checkpoint_dir is (a batch script's environment need not carry $USER)
+        scratch = scratch_folder(profile)
+        folders = {"jobs": str(config_path.parent.parent), "scratch": str(scratch) if scratch else ""}
         return " ".join(["-m workshop.slurm.node_check --config", shlex.quote(str(config_path)),
-                         *(f"--folder {shell_value(f'{k}={v}')}" for k, v in folders.items() if v)])
+                         *(f"--folder {shlex.quote(f'{k}={v}')}" for k, v in folders.items() if v)])
     if get_step(step).program == "bandwidth":
         args = ["-m", "workshop.results.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
