@@ -33,8 +33,9 @@ def test_hybrid_2_replicas_x_8_shards_on_16_gpus() -> None:
     assert bd.shard_size == 8
     assert bd.optimizer == 8 * P // 8 == 559_214_592                  # AdamW's 8 bytes over 8 shards
     assert bd.grads == 4 * P // 8 == 279_607_296
-    # the fp32 shard + the bf16 embedding unit and one bf16 block gathered at once
-    assert bd.params == 279_607_296 + 2 * (VH + BLOCK) == 818_601_984
+    # the fp32 shard + the bf16 embedding unit and two bf16 blocks gathered at once (on a GPU the next
+    # block's all-gather, FSDP2's prefetch, runs while this one computes)
+    assert bd.params == 279_607_296 + 2 * (VH + 2 * BLOCK) == 843_794_432
     assert bd.activations == ACT_BF16 == 18_790_744_064
     assert bd.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216  # + all-gather / reduce-scatter buffers
     assert bd.unsharded_grads == 2 * VH                                # the embedding unit's bf16 gradient
@@ -58,7 +59,7 @@ def test_offload_with_gradient_accumulation() -> None:
     assert (bd.host_params, bd.host_grads, bd.host_optimizer) == (P, P, 2 * P)   # 4P/4, 4P/4, 8P/4
     assert bd.cpu == 4 * P == 2_236_858_368
     assert bd.grads == 0 and bd.optimizer == 0
-    assert bd.params == 2 * (VH + BLOCK) == 538_994_688
+    assert bd.params == 2 * (VH + 2 * BLOCK) == 564_187_136        # the embedding unit + two blocks in flight
     assert bd.unsharded_grads == 2 * P == 1_118_429_184
     assert bd.peak == 2 * VH + 2 * P + ACT_BF16 + LOSS_GRAD_BF16 == 22_478_184_448
     one_step = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True)
@@ -154,7 +155,7 @@ def test_compare_predicts_each_rank_at_its_own_batch_shape() -> None:
               "batch_size": 2, "max_length": 256}
     ranks = [{"params": 1.5, "peak": 4.0, "batch_shape": [2, 40]}, None,
              {"params": 1.4, "peak": 5.0, "unsharded_grads": 0.4, "batch_shape": [2, 56]}]
-    rows = memory.compare({"tensor_mem_mb_per_rank": ranks}, config)
+    rows = memory.compare({"tensor_mem_mb_per_rank": ranks, "device": "cpu"}, config)   # a CPU rank: one block in flight
     by = {(r["rank"], r["category"]): r for r in rows}
     assert {r["rank"] for r in rows} == {0, 2}                          # a rank without a measurement: no rows
     assert by[0, "params"]["predicted_mb"] == round(1_485_312 / MB, 3) == 1.417
