@@ -16,7 +16,7 @@ import pandas as pd
 
 from workshop.results.comm import KINDS, predict_config
 from workshop.results.comm_timeline import read_timeline
-from workshop.results.logs import load
+from workshop.results.logs import load, load_named
 
 NOT_MEASURED = "not measured"
 MEASURES = ("elements", "bytes", "sent_elements", "sent_bytes", "calls", "time_ms")
@@ -63,12 +63,8 @@ def timeline_table(run: Any) -> pd.DataFrame:
 def _read(runs: Sequence[Any], names: Sequence[str] | None,
           notes: list[str]) -> list[tuple[str, dict[str, Any], dict[str, Any], dict[str, Any] | None, str]]:
     """(name, summary, config, comm, status) per run; a note for each run that measured nothing."""
-    logs = [load(r) for r in runs]
-    if names is not None and len(names) != len(logs):
-        raise ValueError(f"{len(names)} names for {len(logs)} runs")
     out = []
-    for i, log in enumerate(logs):
-        name = names[i] if names is not None else log.label
+    for name, log in load_named(runs, names):
         summary = log.summary or {}
         status = _status(summary.get("comm"))
         if status != "measured":

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -646,3 +646,12 @@ def load(source: str | Path | ParsedLog) -> ParsedLog:
 
 def load_all(sources: Iterable[str | Path | ParsedLog]) -> list[ParsedLog]:
     return [load(s) for s in sources]
+
+
+def load_named(sources: Sequence[str | Path | ParsedLog], names: Sequence[str] | None = None) -> list[tuple[str, ParsedLog]]:
+    """(name, log) per source: the caller's names, one per source, else each log's own label. The
+    comparison tables (memory, communication) name their rows this way."""
+    logs = load_all(sources)
+    if names is not None and len(names) != len(logs):
+        raise ValueError(f"{len(names)} names for {len(logs)} runs")
+    return [(names[i] if names is not None else log.label, log) for i, log in enumerate(logs)]

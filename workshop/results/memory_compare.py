@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 
-from workshop.results.logs import load
+from workshop.results.logs import load_named
 from workshop.results.memory import compare
 
 SHOWN = ("params", "grads", "optimizer", "activations", "other", "peak",
@@ -23,12 +23,8 @@ SHOWN = ("params", "grads", "optimizer", "activations", "other", "peak",
 def memory_table(runs: Sequence[Any], names: Sequence[str] | None = None) -> pd.DataFrame:
     """Rows (run, category); columns predicted_mb, measured_mb, rel_error. A run that measured nothing
     (no tensor_mem_mb_per_rank) is refused with what to do, rather than shown as zeros."""
-    logs = [load(r) for r in runs]
-    if names is not None and len(names) != len(logs):
-        raise ValueError(f"{len(names)} names for {len(logs)} runs")
     frames = []
-    for i, log in enumerate(logs):
-        label = names[i] if names is not None else log.label
+    for label, log in load_named(runs, names):
         summary, config = log.summary or {}, log.config or {}
         measured = [r for r in summary.get("tensor_mem_mb_per_rank") or [] if r]
         if not measured or not config:
