@@ -392,7 +392,9 @@ start_slurmdbd() {
 
 start_slurmctld() {
   alive slurmctld && return 0
-  start slurmctld slurmctld env SLURM_CONF="$CONF" slurmctld -D
+  # -c: a cold start forgets the jobs saved in $DIR/state. They belong to an earlier boot (a run killed
+  # mid-way, a machine image taken with the cluster up); recovered, they hold slots and GPUs no test asked for.
+  start slurmctld slurmctld env SLURM_CONF="$CONF" slurmctld -D -c
   wait_for slurmctld 30 ctld_ok
 }
 

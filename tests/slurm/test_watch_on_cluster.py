@@ -166,12 +166,15 @@ def class_profile(tmp_path: Path, kernels: int) -> Path:
 
 
 def test_elapsed_counts_from_the_jobs_start_stamp_while_the_class_interval_holds_slurm_back(cluster, real_rate, jobs_dir,
-                                                                                             tmp_path):
+                                                                                             tmp_path, monkeypatch):
     """A class of 15 at 1 call/s: this kernel asks Slurm at most once per 15 s (above the helper's 10 s). The
     poller has just asked (a notebook watches earlier jobs), so the new job's first answer is ~15 s away; its
     elapsed time shows from its log's `[job] start` meanwhile, stops at its `[job] end` stamp, and becomes
     Slurm's ElapsedRaw once Slurm confirms."""
+    # a kernel of its own (an earlier test's query may be under 10 s old: status() would answer from the cache)
+    monkeypatch.setattr(slurm_backend, "POLLER", slurm_backend.Poller())
     slurm_backend.POLLER.status("1")                 # a query now, as for an earlier job of the notebook
+    assert real_rate, "the fresh poller asked Slurm"
     jobs = submit_all({"short": ("baseline", {**TINY, "seed": 4})}, class_profile(tmp_path, 15), jobs_dir=jobs_dir)
     job = jobs["short"]
     assert job.record.sacct_interval_s == 15.0
