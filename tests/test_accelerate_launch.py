@@ -215,8 +215,9 @@ mu.safe_open = Counting
 from transformers import BloomForCausalLM
 from transformers.distributed.fsdp import is_fsdp_enabled
 BloomForCausalLM.from_pretrained(sys.argv[1], dtype=torch.float32)
-print("PROBE " + json.dumps({"rank": dist.get_rank(), "fsdp_enabled_at_load": is_fsdp_enabled(),
-                             "tensors_read": len(read)}), flush=True)
+# a file per rank: two ranks printing at once can share one line of the launcher's output (seen under load)
+with open(f"{sys.argv[2]}/probe-{dist.get_rank()}.json", "w") as out:
+    json.dump({"rank": dist.get_rank(), "fsdp_enabled_at_load": is_fsdp_enabled(), "tensors_read": len(read)}, out)
 dist.destroy_process_group()
 '''
 
@@ -245,9 +246,10 @@ def test_cpu_ram_efficient_loading_leaves_every_rank_reading_the_checkpoint(laun
     start = ([sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(tmp_path / FILE),
               "--main_process_port", "0"] if launcher == "accelerate" else
              [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"])
+    (tmp_path / "out").mkdir()
     proc = subprocess.run([*start, str(tmp_path / "probe.py"), str(saved), str(tmp_path / "out")],
                           env=clean_env(), capture_output=True, text=True, timeout=300)
-    found = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines() if line.startswith("PROBE ")]
+    found = [json.loads(p.read_text()) for p in sorted((tmp_path / "out").glob("probe-*.json"))]
     assert len(found) == 2, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert all(r["fsdp_enabled_at_load"] is (launcher == "accelerate") for r in found), found
     assert [r["tensors_read"] for r in found] == [total, total], found
