@@ -165,8 +165,9 @@ def slurm_cluster():
     if "/usr/sbin" not in env.get("PATH", "").split(":"):
         env["PATH"] = env.get("PATH", "/usr/bin:/bin") + ":/usr/sbin:/sbin"
     cluster = SlurmCluster(env=env)
-    # One test session at a time on the cluster, and it starts empty: the tests count free slots and GPUs
-    # (a job left by an earlier, killed session held a GPU of n1 and four tests failed on it).
+    # One test session at a time on the cluster, and it starts empty: the tests count free slots and GPUs.
+    # (A developer's clean-clone run and CI once ran on one machine and one cluster: each took the other's
+    # slots and GPUs, and five tests failed. A session killed mid-way leaves jobs behind too.)
     lock = open(Path(env["WORKSHOP_SLURM_DIR"]) / ".session.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)
     _empty_the_queue(cluster)
