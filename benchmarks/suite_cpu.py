@@ -10,7 +10,9 @@ that ends, and samples `/proc` every 0.3 s for each PID's command line, which ac
 kind: training ranks (split by where their job came from), launchers, notebook kernels, the bandwidth
 self-test, grading, pytest itself, the bootstrap's pip. A process shorter than one sample is counted
 under "unsampled"; long-lived daemons that outlive the run (slurmctld, mariadb) are not in it at all,
-and /proc/stat's busy time over the run, recorded beside, bounds what is missing.
+and /proc/stat's busy time over the run, recorded beside, bounds what is missing. The join is by PID:
+`pids_recorded_twice` counts the processes whose PID an earlier process of the run also had: their kind is
+then in doubt.
 """
 
 from __future__ import annotations
@@ -164,7 +166,10 @@ def report(folder: Path, exclude: list[str]) -> dict:
     by_origin: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
     launchers_by_origin: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0])
     rank_cpu, excluded = [], 0.0
-    for row in read_accounting(folder / "pacct"):
+    rows = read_accounting(folder / "pacct")
+    # the join is by PID: a PID that two recorded processes had (pid_max is often 32768) is ambiguous
+    reused = sum(n - 1 for n in collections.Counter(row["pid"] for row in rows).values() if n > 1)
+    for row in rows:
         cmd = commands.get(row["pid"], "")
         if any(e in cmd for e in exclude):
             excluded += row["cpu_s"]
@@ -196,6 +201,7 @@ def report(folder: Path, exclude: list[str]) -> dict:
         "machine_idle_cpu_s_proc_stat": round((ticks["idle"] + ticks["iowait"]) / 100, 1),
         "wall_s": round(run["ended"] - run["started"], 1),
         "excluded_cpu_s": round(excluded, 1),
+        "pids_recorded_twice": reused,
         "by_kind": table(by_kind),
         "training_ranks_by_origin": table(by_origin),
         "launchers_by_origin": table(launchers_by_origin),
