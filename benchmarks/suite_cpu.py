@@ -29,8 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine import record as machine_record  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
 
 def sample_commands(out: Path, stop: threading.Event) -> None:
@@ -229,9 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "record":
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         return record(args.folder, command)
+    from benchmarks import machine
+
     found = report(args.folder, args.exclude)
     load = found.pop("load_1min_before")
-    out = {**machine_record(args.what, load or 0.0), **found}
+    out = {**machine.record(args.what, load or 0.0), **found}
     out["machine"]["load_1min_before"] = load   # None: not recorded
     text = json.dumps(out, indent=1)
     if args.out:

@@ -1,28 +1,13 @@
-"""benchmarks/suite_cpu.py sorts a suite run's processes by what they are: command lines recorded in a real
-run (2026-11-27), each with the kind and origin written out by hand."""
+"""benchmarks/suite_cpu.py sorts a suite run's processes by what they are: command lines of the kinds a
+clean-clone run recorded on 2026-11-27 (some shortened, paths kept), each with the kind and origin
+written out by hand."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-@pytest.fixture(scope="module")
-def suite_cpu():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("suite_cpu", BENCH / "suite_cpu.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
+from benchmarks import suite_cpu
 
 V = "/tmp/ci-clone/.venv/bin/python"
 RECORDED = [
@@ -69,15 +54,16 @@ RECORDED = [
 
 
 @pytest.mark.parametrize("comm, cmd, kind, origin", RECORDED)
-def test_each_recorded_process_gets_its_kind_and_a_rank_its_origin(suite_cpu, comm, cmd, kind, origin) -> None:
+def test_each_recorded_process_gets_its_kind_and_a_rank_its_origin(comm, cmd, kind, origin) -> None:
     assert suite_cpu.kind_of(comm, cmd) == kind
     if origin is not None:
         assert suite_cpu.origin_of(cmd) == origin
 
 
-def test_dump_acct_fields_are_read_in_seconds(suite_cpu) -> None:
-    """dump-acct prints user, system and elapsed time in centiseconds; pid is the tenth field (a line it printed)."""
-    line = ("python          |v3|  1689.00|    87.00|  4059.00|     0|     0| 812000.00|     0.00|   19226|   19225|"
-            "     |       0|__      |Fri Nov 27 05:55:01 2026")
+def test_dump_acct_fields_are_read_in_seconds() -> None:
+    """dump-acct prints user, system and elapsed time in centiseconds; pid is the tenth field. The line is
+    the one it printed for a course rank of that run (15 fields, the start time last)."""
+    line = ("python          |v3|  1689.00|    87.00|  4059.00|     0|     0|1089536.00|17469440.00|   19226|   19225|"
+            "S   X|       0|__      |Fri Nov 27 05:55:35 2026")
     assert suite_cpu.parse_accounting(line + "\n") == [{"comm": "python", "cpu_s": 17.76, "elapsed_s": 40.59,
                                                         "pid": 19226}]
