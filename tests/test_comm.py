@@ -204,6 +204,85 @@ def test_an_nccl_step_reads_its_group_from_record_param_comms_and_its_time_from_
     assert lanes["all_gather 16 bfloat16"] == "collective"
 
 
+# A GPU step's copies beside its compute and an all-gather, hand-written (no GPU here) with the names
+# PyTorch emits: FSDP2's operators `fsdp::all_gather_copy_in` and `fsdp::chunk_cat` (defined with
+# torch.library.Library("fsdp", "FRAGMENT") in torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py;
+# the profiler names a dispatcher op `<namespace>::<name>`), FSDP2's range `FSDP::all_gather_copy_out`
+# (_fsdp_param_group.py's record_function) around `fsdp::split_with_sizes_copy`, and Kineto's memcpy
+# activities ("Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", category gpu_memcpy:
+# libkineto's CUPTI memcpy names, what CPU offload's transfers are). The kernels' names are the
+# launching operator's CUDA kernels in ATen/native/cuda (MultiTensorApply.cuh's multi_tensor_apply_kernel
+# for the copy-in's _foreach_copy_, TensorShape.cu's fast paths for _chunk_cat and split_with_sizes_copy):
+# the classification reads which operator launched a kernel ("External id"), not the kernel's name.
+COPY_TRACE = {
+    "baseTimeNanoseconds": 1_000_000_000, "traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "fsdp::all_gather_copy_in", "pid": 9, "tid": 9, "ts": 0, "dur": 8,
+         "args": {"External id": 11}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 9, "tid": 9, "ts": 10, "dur": 5, "args": {"External id": 12}},
+        {"ph": "X", "cat": "user_annotation", "name": "FSDP::all_gather_copy_out (transformer.h.0)", "pid": 9, "tid": 9,
+         "ts": 20, "dur": 10, "args": {"External id": 13}},
+        {"ph": "X", "cat": "cpu_op", "name": "fsdp::split_with_sizes_copy", "pid": 9, "tid": 9, "ts": 21, "dur": 8,
+         "args": {"External id": 14}},
+        {"ph": "X", "cat": "cpu_op", "name": "fsdp::chunk_cat", "pid": 9, "tid": 9, "ts": 32, "dur": 6,
+         "args": {"External id": 15}},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::multi_tensor_apply_kernel<...>", "pid": 0, "tid": 7,
+         "ts": 100, "dur": 50, "args": {"External id": 11, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "ampere_bf16_gemm", "pid": 0, "tid": 7, "ts": 150, "dur": 100,
+         "args": {"External id": 12, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::split_with_sizes_copy_out_contiguous_no_cast_kernel<...>",
+         "pid": 0, "tid": 7, "ts": 250, "dur": 40, "args": {"External id": 14, "stream": 7}},
+        {"ph": "X", "cat": "kernel", "name": "void at::native::chunk_cat_cuda_kernel<...>", "pid": 0, "tid": 7,
+         "ts": 290, "dur": 30, "args": {"External id": 15, "stream": 7}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 8, "ts": 320,
+         "dur": 40, "args": {"External id": 16, "stream": 8}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "pid": 0, "tid": 8, "ts": 360,
+         "dur": 40, "args": {"External id": 17, "stream": 8}},
+    ]}
+
+
+def test_copies_are_neither_compute_nor_communication_and_hide_no_collective(tmp_path: Path) -> None:
+    """Issue #35: FSDP2's copy-in/copy-out kernels and offload's host<->device copies are a lane of their
+    own, and a collective beside them only is exposed, not overlapped."""
+    from workshop.results.comm_timeline import read_timeline
+
+    events = comm_trace.cut(COPY_TRACE, [], 0, "n1")
+    lanes = {e["name"]: e["args"].get("lane") for e in events if e["ph"] == "X"}
+    assert lanes == {
+        "fsdp::all_gather_copy_in": "host", "aten::mm": "host", "fsdp::chunk_cat": "host",   # (the copy-out's
+        # operator lies inside its range, which stands for it)
+        "FSDP::all_gather_copy_out (transformer.h.0)": "annotation",
+        "void at::native::multi_tensor_apply_kernel<...>": "copy", "ampere_bf16_gemm": "compute",
+        "void at::native::split_with_sizes_copy_out_contiguous_no_cast_kernel<...>": "copy",
+        "void at::native::chunk_cat_cuda_kernel<...>": "copy",
+        "Memcpy HtoD (Pageable -> Device)": "copy", "Memcpy DtoH (Device -> Pinned)": "copy"}
+    # an all-gather on NCCL's stream from 120 to 420 us: beside the gemm (150-250) it is overlapped,
+    # beside the copies (120-150, 250-420) exposed: by hand 0.1 ms overlapped, 0.2 ms exposed
+    collective = {"ph": "X", "name": "all_gather", "cat": "collective", "pid": 0, "tid": 20, "ts_ns": 1_000_120_000,
+                  "dur": 300, "args": {"lane": "collective", "kind": "all_gather"}}
+    merged, _ = comm_trace.merge([[*events, collective]])
+    path = tmp_path / "comm_trace.json"
+    path.write_text(json.dumps({"traceEvents": merged, "workshop": {"step": 3, "hosts": ["n1"], "device": "cuda"}}))
+    (lane,) = read_timeline(path).lanes
+    assert lane.compute_ms == pytest.approx(0.1) and lane.copy_ms == pytest.approx(0.05 + 0.04 + 0.03 + 0.08)
+    assert lane.overlapped_ms == pytest.approx(0.1) and lane.exposed_ms == pytest.approx(0.2)
+
+
+@probe_test
+def test_fsdp2_copies_recorded_on_cpu_are_copies(probe: Path) -> None:
+    """The probe's recorded FSDP2 step on CPU/gloo: FSDP2's copy operators are recorded under the names
+    COPY_OPS gives, and their time goes to the copy lane, none of it to compute."""
+    trace, flight = raw(probe)
+    names = {e["name"] for e in comm_trace.spans(trace)}
+    assert {"fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat"} <= names, sorted(
+        n for n in names if "fsdp" in n.lower())
+    step = comm_trace.Step(trace)
+    records = comm_trace.collectives(step, flight, ["probe-node"] * 2, 0)
+    events = [e for e in comm_trace.cut(step, records, 0, "probe-node") if e["ph"] == "X"]
+    copies = [e for e in events if e["args"].get("lane") == "copy"]
+    assert {e["name"] for e in copies} >= {"fsdp::all_gather_copy_in", "fsdp::chunk_cat"}
+    assert not [e for e in events if e["args"].get("lane") == "compute" and comm_trace.is_copy(e["name"])]
+
+
 def test_the_recorded_step_is_neither_the_warm_up_nor_the_memory_trackers() -> None:
     assert choose_step(0, 12, avoid=2) == 3
     assert choose_step(0, 3, avoid=2) == 3
@@ -402,6 +481,20 @@ def test_model_matches_the_measured_collectives(runs: RunCache, flags: tuple[str
             assert r["predicted"] == pytest.approx(r["measured"], rel=0.01, abs=0), r
 
 
+@pytest.mark.parametrize("flags,nproc,nnodes", MEASURED, ids=[_id(*m) for m in MEASURED])
+def test_commdebugmode_counts_the_same_collectives(runs: RunCache, flags: tuple[str, ...], nproc: int, nnodes: int) -> None:
+    """A second, independent count (issue #35): PyTorch's public CommDebugMode, entered around the same
+    recorded step, counts each rank's collectives at the dispatcher; the recorder reads them from the
+    profiler's in-memory results and the flight recorder (private surfaces, torch_private.py). The two
+    agree call for call, per rank and kind, on the runs the model test shares: a torch upgrade that
+    breaks the recorder fails here."""
+    s = runs.get(*flags, nproc=nproc, nnodes=nnodes).summary
+    assert s["comm"]["status"] == "measured", s["comm"]
+    for rank in s["comm"]["per_rank"]:
+        recorded = {kind: v["calls"] for kind, v in rank["by_kind"].items()}
+        assert rank["debug_mode_calls"] == recorded, (rank["rank"], rank["debug_mode_calls"], recorded)
+
+
 @pytest.mark.slow
 def test_two_nodes_count_what_crosses_per_node_and_per_rank(runs: RunCache) -> None:
     """05's hybrid_shard on 2 "nodes" x 2: only the all-reduce of the gradient shards leaves a node;
@@ -474,7 +567,7 @@ def test_a_step_without_trace_shows_not_measured_in_the_timeline_never_zeros(tmp
     monkeypatch.chdir(tmp_path)
     lab = Lab("local", quiet=True)
     table = lab.timeline(run)
-    figures = ["compute_ms", "collective_ms", "overlapped_ms", "exposed_ms"]
+    figures = ["compute_ms", "copy_ms", "collective_ms", "overlapped_ms", "exposed_ms"]
     assert list(table.index) == [0, 1] and table[figures].isna().all().all() and not (table[figures] == 0).any().any()
     assert (table["status"] == f"not measured: {reason}").all()
     fig = lab.plot("timeline", run, save="missing")

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.runs import RunCache
+from workshop.results import comm
 from workshop.slurm.jobs import prepare
 from workshop.slurm.profiles import available, load_profile, time_seconds
 from workshop.slurm.render import collective_timeout_for
@@ -106,8 +107,18 @@ def test_fp16_with_the_gradient_scaler_trains_under_fsdp2_on_cpu(runs: RunCache)
     (each halved its scale from 65536) and the run still trained. One run, not a DDP beside it (the suite's
     budget): how far DDP and FSDP2 drift apart in fp16 is benchmarks/consistency_drift.py's measurement,
     which the tolerance tests hold to (tests/test_fsdp_config.py)."""
-    fsdp = runs.get("--sharding", "full_shard", "--precision", "fp16", nproc=2).summary
-    assert (fsdp["mp_param_dtype"], fsdp["mp_reduce_dtype"]) == ("float16", "float16")
+    run = runs.get("--sharding", "full_shard", "--precision", "fp16", nproc=2)
+    fsdp = run.summary
+    # fp16 sites reduce in fp32 (issue #35): read back from the units' policies, and seen on the wire: the
+    # recorded reduce-scatters move 4 bytes per element, the all-gathers 2
+    assert (fsdp["mp_param_dtype"], fsdp["mp_reduce_dtype"]) == ("float16", "float32")
+    by_kind = fsdp["comm"]["per_rank"][0]["by_kind"]
+    assert by_kind["reduce_scatter"]["bytes"] == 4 * by_kind["reduce_scatter"]["elements"] > 0, by_kind
+    assert by_kind["all_gather"]["bytes"] == 2 * by_kind["all_gather"]["elements"] > 0, by_kind
+    # and the communication model counts the applied dtype: its bytes are the recorded ones
+    config = json.loads((run.out_dir / "run_args.json").read_text())["config"]
+    rows = [r for r in comm.compare(fsdp, config) if r["measure"] == "bytes" and r["predicted"] is not None]
+    assert rows and all(r["predicted"] == pytest.approx(r["measured"], rel=0.01) for r in rows), rows
     scaler = fsdp["grad_scaler"]
     assert fsdp["precision"] == "fp16" and scaler["enabled"] and scaler["init_scale"] == 65536.0
     skipped = math.log2(scaler["init_scale"] / scaler["scale"])

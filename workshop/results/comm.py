@@ -23,8 +23,12 @@ What a step runs, from the course's wrapping (accelerate's TRANSFORMER_BASED_WRA
 - DDP: one all-reduce of every gradient (P elements, fp32 even under autocast), in buckets, per step.
 Sizes: FSDP2 pads each parameter's first dimension to a multiple of the shard group's size, so an
 all-gather's output is n·Σ ⌈d0/n⌉·rest. Dtypes: the all-gathers move the compute dtype
-(MixedPrecisionPolicy's param_dtype), the reduce-scatters and HSDP's all-reduces the reduce dtype
-(accelerate reduces in the compute dtype); the norms and DDP's gradients are fp32.
+(MixedPrecisionPolicy's param_dtype), the reduce-scatters and HSDP's all-reduces the reduce dtype;
+the norms and DDP's gradients are fp32. The reduce dtype is the one the run applied (summary.json's
+`mp_reduce_dtype`, read back from the units) where a run is given; else the course's rule: fp32 on
+fp16 sites (workshop.training.hf_fsdp.reduce_in_fp32: loss-scaled fp16 gradients summed in fp16
+overflow or lose the small ones), the compute dtype with bf16 (accelerate's policy), fp32 without
+mixed precision.
 Bytes each rank sends: the ring algorithm's (n-1)/n of the tensor for an all-gather or a
 reduce-scatter, 2(n-1)/n for an all-reduce, over the collective's group of n ranks. Nodes hold
 consecutive ranks (the launcher's layout); `network_bytes` is what a rank's ring sends to a rank on
@@ -47,6 +51,8 @@ HYBRID = ("hybrid_shard", "hybrid_shard_grad_op")
 SHARDINGS = ("none", "ddp", *FSDP)
 WRAPPINGS = ("accelerate", "blocks_and_root")
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 4}   # the course's rule (module docstring)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 DTYPE_NAMES = {4: "float32", 2: "bfloat16"}
 RING_SHARE = {"all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "all_reduce": lambda n: 2 * (n - 1) / n}
@@ -174,12 +180,18 @@ class CommPrediction:
 
 def predict(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1, nodes: int = 1,
             precision: str = "bf16", grad_acc: int = 1, offload: bool = False, activation_checkpointing: bool = False,
-            replicas: int = 1, wrapping: str = "accelerate", clip: bool = True) -> CommPrediction:
+            replicas: int = 1, wrapping: str = "accelerate", clip: bool = True,
+            param_dtype: str | None = None, reduce_dtype: str | None = None) -> CommPrediction:
     """Every collective of one optimizer step on every rank (see the module docstring).
 
     `offload` and `activation_checkpointing` are accepted, and change nothing: both keep the same
     collectives (a test holds the measured runs to it). `clip` is the Trainer's gradient clipping
-    (max_grad_norm > 0, its default)."""
+    (max_grad_norm > 0, its default). `param_dtype` and `reduce_dtype` are the dtypes a run applied
+    (summary.json's mp_param_dtype, mp_reduce_dtype: "float32", "bfloat16", "float16"); None: the
+    course's rule for `precision`."""
+    for name, value in (("param_dtype", param_dtype), ("reduce_dtype", reduce_dtype)):
+        if value is not None and value not in DTYPE_BYTES:
+            raise ValueError(f"{name}={value!r} is not a dtype the model knows; use one of {', '.join(DTYPE_BYTES)}")
     if sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {sharding!r}; use one of {', '.join(SHARDINGS)}")
     if precision not in COMPUTE_BYTES:
@@ -194,14 +206,16 @@ def predict(model: str | Arch = "bloom-560m", sharding: str = "full_shard", worl
     pred = CommPrediction(world_size, world_size // nodes)
     for rank in range(world_size):
         pred.collectives.append(_rank_step(arch, sharding, world_size, precision, grad_acc,
-                                           replicas if sharding in HYBRID else 1, wrapping, clip, rank))
+                                           replicas if sharding in HYBRID else 1, wrapping, clip, rank,
+                                           param_dtype, reduce_dtype))
     if precision == "fp16":
         pred.notes.append("fp16: the GradScaler's inf check adds a few elements of all-reduce, not counted")
     return pred
 
 
 def _rank_step(arch: Arch, sharding: str, world: int, precision: str, grad_acc: int, replicas: int,
-               wrapping: str, clip: bool, rank: int) -> list[Collective]:
+               wrapping: str, clip: bool, rank: int, param_dtype: str | None = None,
+               reduce_dtype: str | None = None) -> list[Collective]:
     if sharding == "none" or (sharding == "ddp" and world == 1):
         return []
     everyone = tuple(range(world))
@@ -211,8 +225,9 @@ def _rank_step(arch: Arch, sharding: str, world: int, precision: str, grad_acc: 
     row, col = divmod(rank, shard)  # the mesh [replicas, shard], row-major as DeviceMesh lays it out
     shard_group = tuple(range(row * shard, (row + 1) * shard))
     replica_group = tuple(range(col, world, shard))
-    compute = COMPUTE_BYTES[precision]
-    reduce_bytes = compute  # accelerate's MixedPrecisionPolicy reduces in the compute dtype
+    compute = DTYPE_BYTES[param_dtype] if param_dtype else COMPUTE_BYTES[precision]
+    # the applied reduce dtype; none applied (no policy): FSDP2 reduces in the parameters' dtype
+    reduce_bytes = DTYPE_BYTES[reduce_dtype] if reduce_dtype else compute if param_dtype else REDUCE_BYTES[precision]
     the_units = units(arch, sharding, wrapping)
     out: list[Collective] = []
     sharded = shard > 1  # FSDP2 calls no all-gather or reduce-scatter on a one-rank shard group
@@ -259,7 +274,14 @@ def predict_config(cfg: Any, summary: dict[str, Any] | None = None) -> CommPredi
     grad_acc = int(s.get("grad_acc") or (global_batch // (batch * world) if global_batch else get("grad_acc", 1)) or 1)
     return predict(s.get("model") or get("model", "tiny"), sharding, world, nodes, s.get("precision") or
                    get("precision", "fp32"), grad_acc, bool(get("offload", False)),
-                   bool(get("activation_checkpointing", False)), replicas, wrapping_of(s))
+                   bool(get("activation_checkpointing", False)), replicas, wrapping_of(s),
+                   param_dtype=_applied_dtype(s.get("mp_param_dtype")),
+                   reduce_dtype=_applied_dtype(s.get("mp_reduce_dtype")) or _applied_dtype(s.get("mp_param_dtype")))
+
+
+def _applied_dtype(value: Any) -> str | None:
+    """A summary's applied dtype name, None where none was applied or units differ ("mixed")."""
+    return value if value in DTYPE_BYTES else None
 
 
 COMPARED = (*MEASURES, "calls")

@@ -36,11 +36,12 @@ def run_status(run: Any) -> str:
     return _status((load(run).summary or {}).get("comm"))
 
 
-TIMELINE_COLUMNS = ("compute_ms", "collective_ms", "overlapped_ms", "exposed_ms")
+TIMELINE_COLUMNS = ("compute_ms", "copy_ms", "collective_ms", "overlapped_ms", "exposed_ms")
 
 
 def timeline_table(run: Any) -> pd.DataFrame:
-    """One run's recorded step per rank: milliseconds of compute, of collectives, of collective time that
+    """One run's recorded step per rank: milliseconds of compute, of copies (FSDP2's buffer copies and
+    host<->device transfers, apart from compute), of collectives, of collective time that
     overlapped compute and that was exposed (workshop.results.comm_timeline), and `status`. A run with no
     trace of its step has one row per rank with NaN figures and "not measured: why" (its summary's
     reason), never zeros."""

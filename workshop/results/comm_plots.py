@@ -20,6 +20,7 @@ from workshop.results.plots import _save, plt
 
 KIND_COLOURS = {"all_gather": "C0", "reduce_scatter": "C1", "all_reduce": "C2", "broadcast": "C4"}
 COMPUTE_COLOUR = "0.75"
+COPY_COLOUR = "tan"   # copies: apart from compute (workshop.results.comm_timeline)
 
 
 def comm_bars(table: pd.DataFrame, path: str | Path | None = None) -> Any:
@@ -62,7 +63,8 @@ def comm_bars(table: pd.DataFrame, path: str | Path | None = None) -> Any:
 
 
 def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 16, why_missing: str | None = None) -> Any:
-    """One recorded optimizer step: a row per rank, compute in grey, each collective coloured by kind
+    """One recorded optimizer step: a row per rank, compute in grey, copies (FSDP2's buffer copies,
+    host<->device transfers) in tan on the same row, each collective coloured by kind
     (its span on the backend: gloo's worker, NCCL's kernel). `source`: a job, a run or job folder, or
     the run's comm_trace.json. A run with no trace draws "not measured" and why (`why_missing`, its
     summary's reason) where the rows would be: an empty step is not a step with no communication."""
@@ -84,6 +86,10 @@ def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 
             ax.broken_barh([(s, e - s) for s, e in lane.compute], (y - 0.35, 0.3), color=COMPUTE_COLOUR,
                            label="compute" if "compute" not in labelled else None)
             labelled.add("compute")
+        if lane.copies:
+            ax.broken_barh([(s, e - s) for s, e in lane.copies], (y - 0.35, 0.3), color=COPY_COLOUR,
+                           label="copy" if "copy" not in labelled else None)
+            labelled.add("copy")
         for c in lane.collectives:
             kind = c.get("kind", "other")
             ax.broken_barh([(c["start_ms"], c["end_ms"] - c["start_ms"])], (y + 0.02, 0.33),

@@ -11,6 +11,13 @@ worker thread, NCCL's kernel), waiting for the slowest rank included. On the CPU
 thread waits for each collective before it goes on, so compute and collectives alternate; on a GPU,
 NCCL's kernels run on their own stream beside the compute kernels, and `overlapped_ms` shows what
 the prefetch hid.
+
+Overlap means a collective running while the rank computes the model: its time counts as overlapped
+only where a compute span (an operator of the model's forward, backward or optimizer step; on a GPU a
+compute kernel) covers it. Copies are a lane of their own (`copy_ms`), never compute: FSDP2's copy-in
+of an all-gather's or reduce-scatter's buffer and its copy-out after it, and CPU offload's host<->device
+transfers (workshop.training.comm_trace.COPY_OPS). They serve the collective; a collective beside one
+is not hidden behind the model's work, so counting copies as compute would overstate what prefetch hid.
 """
 
 from __future__ import annotations
@@ -31,6 +38,11 @@ class RankLane:
     host: str
     compute: list[tuple[float, float]] = field(default_factory=list)  # (start_ms, end_ms), merged
     collectives: list[dict[str, Any]] = field(default_factory=list)  # record + start_ms, end_ms
+    copies: list[tuple[float, float]] = field(default_factory=list)  # (start_ms, end_ms), merged
+
+    @property
+    def copy_ms(self) -> float:
+        return sum(end - start for start, end in self.copies)
 
     @property
     def collective_ms(self) -> float:
@@ -42,7 +54,8 @@ class RankLane:
 
     @property
     def overlapped_ms(self) -> float:
-        """Collective time during which this rank also computed (what prefetch and overlap hid)."""
+        """Collective time during which this rank also computed the model (what prefetch and overlap hid);
+        time beside a copy only is not overlap (module docstring)."""
         return sum(_overlap(span, self.compute) for span in _merged_collectives(self))
 
     @property
@@ -60,6 +73,7 @@ class Timeline:
     def summary(self) -> list[dict[str, Any]]:
         """Per rank: compute, collective, overlapped and exposed milliseconds of the step."""
         return [{"rank": lane.rank, "host": lane.host, "compute_ms": round(lane.compute_ms, 3),
+                 "copy_ms": round(lane.copy_ms, 3),
                  "collective_ms": round(lane.collective_ms, 3), "overlapped_ms": round(lane.overlapped_ms, 3),
                  "exposed_ms": round(lane.exposed_ms, 3)} for lane in self.lanes]
 
@@ -87,6 +101,7 @@ def read_timeline(source: Any) -> Timeline:
     hosts = meta.get("hosts") or []
     lanes: dict[int, RankLane] = {}
     raw: dict[int, list[tuple[float, float]]] = {}
+    copies: dict[int, list[tuple[float, float]]] = {}
     for e in doc.get("traceEvents", []):
         if e.get("ph") != "X" or not isinstance(e.get("pid"), int):
             continue
@@ -96,11 +111,15 @@ def read_timeline(source: Any) -> Timeline:
         kind = (e.get("args") or {}).get("lane")
         if kind == "compute":
             raw.setdefault(rank, []).append((start, end))
+        elif kind == "copy":
+            copies.setdefault(rank, []).append((start, end))
         elif kind == "collective":
             args = e["args"]
             lane.collectives.append({**{k: v for k, v in args.items() if k != "lane"}, "start_ms": start, "end_ms": end})
     for rank, spans in raw.items():
         lanes[rank].compute = _merge(spans)
+    for rank, spans in copies.items():
+        lanes[rank].copies = _merge(spans)
     for lane in lanes.values():
         lane.collectives.sort(key=lambda c: c["start_ms"])
     return Timeline(meta.get("step"), str(meta.get("device") or "cpu"), [lanes[r] for r in sorted(lanes)])

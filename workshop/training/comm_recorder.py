@@ -35,7 +35,7 @@ from typing import Any, MutableMapping, Sequence
 import torch
 from transformers import TrainerCallback
 
-from workshop.training import comm_trace
+from workshop.training import comm_trace, torch_private
 from workshop.training.counted_steps import INSTRUMENTED_STEPS
 from workshop.training.metrics import StepCounter, _all_gather
 
@@ -58,10 +58,38 @@ def flight_entries() -> list[dict[str, Any]] | None:
     if int(os.environ.get(FLIGHT_RECORDER_ENV, "0") or 0) <= 0:
         return None
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace_json
-    except ImportError:
+        text = torch_private.flight_recorder_json()
+    except torch_private.NotOnThisTorch as e:
+        torch_private.not_measured("collectives' process groups from the flight recorder", e)
         return None
-    return json.loads(_dump_fr_trace_json(True, False)).get("entries") or []
+    return json.loads(text).get("entries") or []
+
+
+def start_debug_count() -> Any:
+    """PyTorch's CommDebugMode (torch.distributed.tensor.debug, a public dispatch mode) entered around the
+    recorded step: a second count of its collectives, independent of the profiler's trace and the
+    flight recorder, which the course reads through private surfaces (workshop.training.torch_private).
+    tests/test_comm.py holds the two counts equal for every strategy, so a torch upgrade that breaks the
+    recorder shows there. None when it cannot start (the step is still recorded)."""
+    try:
+        from torch.distributed.tensor.debug import CommDebugMode
+
+        mode = CommDebugMode()
+        mode.__enter__()
+        return mode
+    except Exception:  # noqa: BLE001  (a second count is a check, never a reason to stop training)
+        return None
+
+
+def stop_debug_count(mode: Any) -> dict[str, int] | None:
+    """The collectives CommDebugMode counted, by the course's kind (comm_trace.debug_mode_kinds)."""
+    if mode is None:
+        return None
+    try:
+        mode.__exit__(None, None, None)
+        return comm_trace.debug_mode_kinds(mode.get_comm_counts())
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def choose_step(first: int, max_steps: int, avoid: int | None, preferred: int = RECORD_STEP) -> int | None:
@@ -102,6 +130,7 @@ class CommRecorder(TrainerCallback):
         self._armed = False
         self._error: str | None = None
         self._started = 0.0
+        self._debug: Any = None   # CommDebugMode around the recorded step: the second count
 
     # ------------------------------------------------------------------ the Trainer's events
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -129,6 +158,8 @@ class CommRecorder(TrainerCallback):
             self._profiler.__enter__()
         except Exception as e:  # noqa: BLE001  (the run trains on; comm says why it has no figures)
             self._profiler, self._error = None, f"the profiler did not start: {type(e).__name__}: {e}"
+            return
+        self._debug = start_debug_count()
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
         if not self._armed:
@@ -154,6 +185,8 @@ class CommRecorder(TrainerCallback):
         try:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
+            local["debug_mode_calls"] = stop_debug_count(self._debug)
+            self._debug = None
             marks = [time.perf_counter()]
             local["step_ms"] = round((marks[0] - self._started) * 1000, 3)  # the step itself, profiled
             self._profiler.__exit__(None, None, None)
@@ -171,6 +204,9 @@ class CommRecorder(TrainerCallback):
             local["reading_ms"] = {name: round((b - a) * 1000, 1) for name, a, b in
                                    zip(("stop", "events", "parse"), marks, marks[1:])}
             return local, events
+        except torch_private.NotOnThisTorch as e:
+            local["error"] = torch_private.not_measured("the step's collectives (profiler)", e)
+            return local, []
         except Exception as e:  # noqa: BLE001
             local["error"] = f"{type(e).__name__}: {e}"
             return local, []
@@ -278,6 +314,7 @@ def summarize(per_rank: list[dict[str, Any]], hosts: Sequence[str], step: int | 
                  "network_bytes": {k: v["sent_bytes"] for k, v in sorted(network.items(), key=lambda kv: _kind_rank(kv[0]))
                                    if v["sent_bytes"]},
                  "collectives": len(r["records"]), "step_ms": r.get("step_ms"),
+                 "debug_mode_calls": r.get("debug_mode_calls"),
                  "collective_ms": round(sum(c["time_ms"] or 0 for c in r["records"]), 3),
                  "profiled_events": r.get("profiled_events"), "reading_ms": r.get("reading_ms")}
         ranks.append(entry)

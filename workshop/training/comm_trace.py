@@ -66,6 +66,42 @@ DTYPES = {
     "c10::Float8_e4m3fn": ("float8_e4m3fn", 1), "Float8_e4m3fn": ("float8_e4m3fn", 1),
 }
 GLOO_PREFIX, NCCL_PREFIX = "gloo:", "nccl"
+# the functional collectives' names (torch.ops._c10d_functional / c10d_functional) CommDebugMode counts
+FUNCTIONAL_KINDS = {
+    "all_reduce": "all_reduce", "all_reduce_": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_reduce_coalesced_": "all_reduce", "all_gather_into_tensor": "all_gather",
+    "all_gather_into_tensor_out": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
+    "all_to_all_single": "all_to_all", "broadcast": "broadcast", "broadcast_": "broadcast",
+}
+# Copies, apart from compute and communication (issue #35): the operators FSDP2 registers for its
+# buffers (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: `torch.library.Library("fsdp",
+# "FRAGMENT")` defines all_gather_copy_in, split_with_sizes_copy and chunk_cat; _fsdp_param.py copy_),
+# which the profiler records as `fsdp::<name>`, and FSDP2's own range around the all-gather's copy-out
+# (`record_function("FSDP::all_gather_copy_out")` in _fsdp_param_group.py); on a GPU every kernel such
+# an operator launched, and the copies Kineto records as their own activities (`gpu_memcpy`: "Memcpy
+# HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoD (Device -> Device)", what
+# CPU offload's transfers are; `gpu_memset`: "Memset (Device)").
+COPY_OPS = ("fsdp::all_gather_copy_in", "fsdp::split_with_sizes_copy", "fsdp::chunk_cat", "fsdp::copy_",
+            "FSDP::all_gather_copy_out")
+COPY_ACTIVITIES = ("gpu_memcpy", "gpu_memset")
+
+
+def debug_mode_kinds(counts: dict[Any, int]) -> dict[str, int]:
+    """CommDebugMode's counts (keyed by operator packets, printed `c10d._allgather_base_`,
+    `c10d_functional.all_reduce`) as {course kind: calls}; an operator of no known kind counts under its name."""
+    out: dict[str, int] = {}
+    for op, n in counts.items():
+        namespace, _, name = str(op).rpartition(".")
+        kind = KINDS.get(f"c10d::{name}") if namespace.endswith("c10d") else FUNCTIONAL_KINDS.get(name)
+        kind = kind or str(op)
+        out[kind] = out.get(kind, 0) + int(n)
+    return out
+
+
+def is_copy(name: str) -> bool:
+    """An FSDP2 buffer copy (its operator or its range): see COPY_OPS."""
+    return name.startswith(COPY_OPS)
 
 
 class TraceError(ValueError):
@@ -96,7 +132,9 @@ def from_profiler(profiler: Any, end_ns: int) -> dict[str, Any]:
     exported trace; `end_ns` is when the profiler stopped (wall clock)."""
     from torch.autograd import DeviceType
 
-    results = getattr(profiler.profiler, "kineto_results", None) if profiler.profiler is not None else None
+    from workshop.training import torch_private
+
+    results = torch_private.kineto_results(profiler)
     if results is None:
         raise TraceError("the profiler holds no results for the step (it did not run)")
     events: list[dict[str, Any]] = []
@@ -128,7 +166,11 @@ def from_profiler(profiler: Any, end_ns: int) -> dict[str, Any]:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        info = {"backend": dist.get_backend(), "pg_config": dist.distributed_c10d._get_all_pg_configs()}
+        info = {"backend": dist.get_backend()}
+        try:
+            info["pg_config"] = torch_private.all_pg_configs()
+        except torch_private.NotOnThisTorch as e:  # gloo groups' ranks then come from the flight recorder alone
+            torch_private.not_measured("process groups' ranks (pg_config)", e)
     return {"traceEvents": events, "distributedInfo": info, "baseTimeNanoseconds": base}
 
 
@@ -449,6 +491,10 @@ def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, 
       calls (args: the collective's record), and the outermost `aten::` operators ("compute");
     - the collectives' spans on the backend (gloo's worker threads, NCCL's stream), named by kind;
     - on a GPU: every kernel and copy on its stream ("compute", or the collective it runs).
+    Lanes: "collective" (the backend's span), "compute", "copy" (FSDP2's copy-in/copy-out of its
+    all-gather and reduce-scatter buffers, host<->device transfers: COPY_OPS, COPY_ACTIVITIES), "host"
+    (on a GPU, the CPU's operators: they only launch kernels), "call" and "annotation". A copy is not
+    compute: a collective beside a copy-in is not hidden behind the model's work.
     The profiler's per-operator shapes, strides and flows are left out: they made the whole trace of a
     tiny model's step 1.1 MB per rank and BLOOM-560M's ten times that."""
     step = as_step(trace)
@@ -460,9 +506,14 @@ def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, 
     cpu_lane = "host" if any(e.get("cat") == "kernel" for e in events) else "compute"
     # an event lies under an aten:: operator when its parent is one or lies under one (parents come first)
     under_aten = [False] * len(events)
+    in_copy = [is_copy(e["name"]) for e in events]   # a copy, or inside one (an operator or FSDP's range)
     for i, p in enumerate(parent):
         if p is not None:
             under_aten[i] = under_aten[p] or events[p]["name"].startswith("aten::")
+            in_copy[i] = in_copy[i] or in_copy[p]
+    # a GPU activity's "External id" is the correlation id of the CPU operator that launched it
+    launched_by = {(e.get("args") or {}).get("External id"): i for i, e in enumerate(events)
+                   if e.get("cat") == "cpu_op"}
     out: list[dict[str, Any]] = []
 
     def emit(e: dict[str, Any], name: str, cat: str, args: dict[str, Any]) -> None:
@@ -481,10 +532,14 @@ def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, 
             emit(e, name, "c10d", {"lane": "call", "seq": r["seq"], "kind": r["kind"]})
         elif cat == "user_annotation":
             emit(e, name, cat, {"lane": "annotation"})
-        elif cat in ("kernel", "gpu_memcpy", "gpu_memset"):
-            emit(e, name, cat, {"lane": "compute", "stream": (e.get("args") or {}).get("stream")})
+        elif cat in ("kernel", *COPY_ACTIVITIES):
+            launcher = launched_by.get((e.get("args") or {}).get("External id"))
+            copy = cat in COPY_ACTIVITIES or (launcher is not None and in_copy[launcher])
+            emit(e, name, cat, {"lane": "copy" if copy else "compute", "stream": (e.get("args") or {}).get("stream")})
+        elif is_copy(name) and not under_aten[i] and (parent[i] is None or not in_copy[parent[i]]):
+            emit(e, name, "cpu_op", {"lane": "host" if cpu_lane == "host" else "copy"})   # FSDP2's copy operator
         elif name.startswith("aten::") and not under_aten[i]:
-            emit(e, name, "cpu_op", {"lane": cpu_lane})
+            emit(e, name, "cpu_op", {"lane": "host" if cpu_lane == "host" else "copy" if in_copy[i] else "compute"})
     tids = sorted({(e["tid"]) for e in out})
     meta = [{"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "ts": 0, "args": {"name": f"rank {rank} ({host})"}},
             {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "ts": 0, "args": {"sort_index": rank}}]

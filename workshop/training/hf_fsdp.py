@@ -143,3 +143,29 @@ def parse(fsdp: str, fsdp_config: Mapping[str, Any]) -> FsdpRequest | None:
                           "remove it, or use auto_wrap_policy TRANSFORMER_BASED_WRAP")
     return FsdpRequest(reshard_after_forward=reshard, offload=offload, activation_checkpointing=checkpointing,
                        auto_wrap_policy=policy, layer_classes=tuple(classes) if classes is not None else None)
+
+
+def reduce_in_fp32(accelerator: Any) -> str | None:
+    """On an fp16 run under FSDP, make accelerate's FSDP2 policy reduce gradients in fp32; return the
+    reduce dtype the policy now holds (None without FSDP or mixed precision).
+
+    Why: accelerate 1.15's policy is `MixedPrecisionPolicy(param_dtype=fp16, reduce_dtype=fp16)`, so on
+    an fp16 site (a V100) every FSDP run would reduce-scatter loss-scaled fp16 gradients: a sum over N
+    ranks of values the GradScaler has pushed toward fp16's maximum (65,504) overflows sooner, and the
+    small ones lose their digits, while DDP all-reduces fp32 gradients. The cost is the reduce-scatter's
+    bytes, twice those of fp16 (4 bytes per element instead of 2); the all-gathers stay fp16. bf16 has
+    fp32's range, so bf16 runs keep accelerate's policy. Call it after the Accelerator is built and
+    before `prepare` (which passes the policy to every `fully_shard`)."""
+    import torch
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    policy = getattr(plugin, "mixed_precision_policy", None)
+    if plugin is None or not isinstance(policy, MixedPrecisionPolicy):
+        return None
+    if policy.param_dtype == torch.float16 and policy.reduce_dtype != torch.float32:
+        plugin.mixed_precision_policy = MixedPrecisionPolicy(
+            param_dtype=policy.param_dtype, reduce_dtype=torch.float32, output_dtype=policy.output_dtype,
+            cast_forward_inputs=policy.cast_forward_inputs)
+    reduce = plugin.mixed_precision_policy.reduce_dtype
+    return str(reduce).removeprefix("torch.") if reduce is not None else None

@@ -80,8 +80,13 @@ def peak_rss_mb() -> float:
 
 
 def peak_memory_mb(device: torch.device, tensor_memory: Any = None) -> tuple[float | None, float | None, str]:
-    """(peak used, peak reserved or None, kind): the CUDA allocator's peaks over training on a GPU; on a CPU
-    the tensor peak of the step `tensor_memory` (workshop.training.tensor_memory) measured, or peak RSS without it."""
+    """(peak used, peak reserved or None, kind): the CUDA allocator's peaks since train start on a GPU (kept
+    across the tracked step's counter reset by `tensor_memory.peaks`); on a CPU the tensor peak of the step
+    `tensor_memory` (workshop.training.tensor_memory) measured, or peak RSS without it."""
+    peaks = getattr(tensor_memory, "peaks", None)
+    if device.type == "cuda" and peaks is not None:
+        allocated, reserved = peaks.since_start()
+        return allocated / 2**20, reserved / 2**20, "cuda_allocated"
     if device.type == "cuda":
         return (torch.cuda.max_memory_allocated(device) / 2**20,
                 torch.cuda.max_memory_reserved(device) / 2**20, "cuda_allocated")

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from workshop.training import torch_private
 from workshop.training.config import HYBRID_SHARDINGS, ConfigError, RunConfig
 from workshop.training.hf_fsdp import FsdpRequest, fsdp_argument, fsdp_enabled, parse
 
@@ -127,16 +128,15 @@ def _original_class(module: torch.nn.Module) -> str:
     activation checkpointing puts each block inside a CheckpointWrapper."""
     from torch.distributed.fsdp import FSDPModule
 
-    module = getattr(module, "_checkpoint_wrapped_module", module)
+    module = torch_private.checkpoint_inner(module) or module
     return next(c for c in type(module).__mro__ if not issubclass(c, FSDPModule)).__name__
 
 
 def checkpointing_applied(model: torch.nn.Module) -> bool:
     """FSDP's activation checkpointing wraps blocks in CheckpointWrapper; the Trainer's own sets the
     model's is_activation_checkpointing."""
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper
-
-    return (any(isinstance(m, CheckpointWrapper) for m in model.modules())
+    wrapper = torch_private.checkpoint_wrapper_class()
+    return ((wrapper is not None and any(isinstance(m, wrapper) for m in model.modules()))
             or bool(getattr(model, "is_activation_checkpointing", False)))
 
 
@@ -146,7 +146,7 @@ def _fsdp_param_groups(model: torch.nn.Module) -> list[Any]:
     groups, seen = [], set()
     for module in model.modules():
         if isinstance(module, FSDPModule):
-            group = module._get_fsdp_state()._fsdp_param_group
+            group = torch_private.fsdp_param_group_of(module)
             # fully_shard([a, b]) gives several modules one group (accelerate's embedding + final norm tail)
             if group is not None and id(group) not in seen:
                 seen.add(id(group))
@@ -157,7 +157,7 @@ def _fsdp_param_groups(model: torch.nn.Module) -> list[Any]:
 def _blocks(model: torch.nn.Module) -> list[tuple[torch.nn.Module, ...]]:
     """Each repeated block (a ModuleList member) with the block inside it when FSDP's activation
     checkpointing has put it in a CheckpointWrapper (accelerate then shards the inner block)."""
-    return [(member, member._checkpoint_wrapped_module) if hasattr(member, "_checkpoint_wrapped_module") else (member,)
+    return [(member, inner) if (inner := torch_private.checkpoint_inner(member)) is not None else (member,)
             for m in model.modules() if isinstance(m, torch.nn.ModuleList) for member in m]
 
 
@@ -210,7 +210,12 @@ def describe_applied(model: torch.nn.Module, wrapped: torch.nn.Module | None = N
         info["blocks_wrapped"] = len(wrapped_blocks)
         info["wrapped_classes"] = sorted({_original_class(block[0]) for block in wrapped_blocks})
         info["other_units"] = sorted({_original_class(m) for name, m in units if name and id(m) not in blocks})
-        groups = _fsdp_param_groups(model)
+        try:
+            groups = _fsdp_param_groups(model)
+        except torch_private.NotOnThisTorch as e:  # the read-back needs FSDP2's private state: say so, train on
+            info["not_measured"] = torch_private.not_measured("the applied FSDP strategy (read back)", e)
+            info["sharding_applied"] = None
+            return info
         info["fsdp_units"] = len(groups)
         for key, attr in (("mp_param_dtype", "param_dtype"), ("mp_reduce_dtype", "reduce_dtype")):
             names = {_dtype_name(getattr(g.mp_policy, attr)) for _, g in groups}
@@ -245,6 +250,8 @@ class ShardingMismatch(RuntimeError):
 def check_applied(cfg: RunConfig, applied: dict[str, Any]) -> None:
     """Raise ShardingMismatch when what runs is not what the config asked for."""
     problems = []
+    if applied.get("not_measured"):  # this torch lacks what the read-back reads: nothing to compare
+        return
     if applied["sharding_applied"] != cfg.sharding:
         problems.append(f"asked for sharding={cfg.sharding!r}, the model is wrapped as "
                         f"{applied['sharding_applied']!r} ({applied['wrapper']})")

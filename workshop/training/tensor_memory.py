@@ -61,7 +61,9 @@ from typing import Any, Callable
 import torch
 from transformers import TrainerCallback
 
+from workshop.training import torch_private
 from workshop.training.counted_steps import INSTRUMENTED_STEPS, instrumented_step
+from workshop.training.torch_private import HOOK_DICTS, TRACKER_MODULES, NotOnThisTorch  # noqa: F401  (re-exported)
 
 MB = 2**20
 CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
@@ -124,8 +126,7 @@ def watch_category_peaks(tracker: Any, run_device: torch.device, offload: bool) 
       tracking); ours compares the handful of sums with their maxima;
     - the tracker's other module-level snapshots (a deep copy at each module's forward and backward)
       are skipped: `get_tracker_snapshot` returns an empty one."""
-    from torch.distributed._tools.mem_tracker import _UpdateType
-
+    _UpdateType = torch_private.update_types()
     peaks: dict[str, int] = {}
     sums: dict[str, int] = {}
     keys_of: dict[tuple[torch.device, str], tuple[str, ...]] = {}
@@ -137,31 +138,31 @@ def watch_category_peaks(tracker: Any, run_device: torch.device, offload: bool) 
         for key in keys:
             sums[key] = sums.get(key, 0) + nbytes
 
-    for dev, by_kind in tracker._curr_mem_snap.items():  # what make_tracker already counted
+    for dev, by_kind in torch_private.tracker_snapshot(tracker).items():  # what make_tracker already counted
         for kind, nbytes in by_kind.items():
             add(dev, kind, nbytes)
-    update_snap = tracker._update_snap
 
-    def update_snap_and_sums(u_type: Any, winfo: Any, old_mem_consumed: int | None = None,
-                             old_reftype: Any = None) -> None:
-        update_snap(u_type, winfo, old_mem_consumed, old_reftype)
-        if u_type is _UpdateType.ADD:
-            add(winfo.device, winfo.reftype, winfo.mem_consumed)
-        elif u_type is _UpdateType.DEL:
-            add(winfo.device, winfo.reftype, -winfo.mem_consumed)
-        elif u_type is _UpdateType.REF:
-            add(winfo.device, old_reftype, -winfo.mem_consumed)
-            add(winfo.device, winfo.reftype, winfo.mem_consumed)
-        else:  # SIZE
-            add(winfo.device, winfo.reftype, winfo.mem_consumed - old_mem_consumed)
+    def wrap(update_snap: Callable[..., None]) -> Callable[..., None]:
+        def update_snap_and_sums(u_type: Any, winfo: Any, old_mem_consumed: int | None = None,
+                                 old_reftype: Any = None) -> None:
+            update_snap(u_type, winfo, old_mem_consumed, old_reftype)
+            if u_type is _UpdateType.ADD:
+                add(winfo.device, winfo.reftype, winfo.mem_consumed)
+            elif u_type is _UpdateType.DEL:
+                add(winfo.device, winfo.reftype, -winfo.mem_consumed)
+            elif u_type is _UpdateType.REF:
+                add(winfo.device, old_reftype, -winfo.mem_consumed)
+                add(winfo.device, winfo.reftype, winfo.mem_consumed)
+            else:  # SIZE
+                add(winfo.device, winfo.reftype, winfo.mem_consumed - old_mem_consumed)
+        return update_snap_and_sums
 
     def update_peaks(_peak_state: Any = None) -> None:
         for key, nbytes in sums.items():
             if nbytes > peaks.get(key, 0):
                 peaks[key] = nbytes
 
-    tracker._update_snap = update_snap_and_sums
-    tracker._update_peak_stats = update_peaks
+    torch_private.replace_tracker_updates(tracker, wrap, update_peaks)
     tracker.get_tracker_snapshot = lambda type="current": {}  # noqa: A006  (module-level snapshots: unused)
     tracker.category_sums = sums  # what is alive now, by split_snapshot's keys (a test checks the two agree)
     update_peaks()
@@ -178,10 +179,6 @@ def as_mb(peaks: dict[str, int], offload: bool) -> dict[str, float]:
     return out
 
 
-HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",
-              "_forward_hooks_with_kwargs", "_forward_hooks_always_called")
-
-
 def save_fsdp_hooks(root: torch.nn.Module) -> Callable[[], None]:
     """Return a function that puts every module's forward hooks and FSDP's hook handles back as they are now.
 
@@ -195,18 +192,17 @@ def save_fsdp_hooks(root: torch.nn.Module) -> Callable[[], None]:
     from torch.distributed.fsdp import FSDPModule
 
     modules = list(root.modules())
-    tables = [(m, name, dict(getattr(m, name))) for m in modules for name in HOOK_DICTS]
-    states = [m._get_fsdp_state() for m in modules if isinstance(m, FSDPModule)]
-    handles = [(st, st._pre_forward_hook_handle, st._post_forward_hook_handle) for st in states]
-    groups = [(st._fsdp_param_group, dict(vars(st._fsdp_param_group))) for st in states if st._fsdp_param_group]
+    tables = [(table, dict(table)) for m in modules for _, table in torch_private.forward_hook_tables(m)]
+    states = [torch_private.fsdp_state(m) for m in modules if isinstance(m, FSDPModule)]
+    handles = [(st, torch_private.forward_hook_handles(st)) for st in states]
+    groups = [(group, dict(vars(group))) for group in map(torch_private.fsdp_param_group, states) if group]
 
     def restore() -> None:
-        for module, name, saved in tables:
-            table = getattr(module, name)
+        for table, saved in tables:
             table.clear()
             table.update(saved)
-        for state, pre, post in handles:
-            state._pre_forward_hook_handle, state._post_forward_hook_handle = pre, post
+        for state, saved_handles in handles:
+            torch_private.set_forward_hook_handles(state, saved_handles)
         for group, saved in groups:  # the wrapped pre_backward/post_backward are instance attributes
             for name in ("pre_backward", "post_backward"):
                 if name in saved:
@@ -217,9 +213,6 @@ def save_fsdp_hooks(root: torch.nn.Module) -> Callable[[], None]:
     return restore
 
 
-TRACKER_MODULES = ("torch.distributed._tools.mem_tracker", "torch.distributed._tools.fsdp2_mem_tracker")
-
-
 def lean_tree_map() -> Callable[[], None]:
     """Make the trackers walk an operator's outputs without rebuilding them; return the undo.
 
@@ -228,9 +221,7 @@ def lean_tree_map() -> Callable[[], None]:
     pytree version flattens, rebuilds a tree of Nones and wraps `track` anew with functools.wraps each
     time (profiled: a third of the tracked step's extra time, DDP on the tiny model). This visits the
     same tensors in the same order, and returns the tree unchanged, as `tree_map_only_` does."""
-    import importlib
-
-    from torch.utils._pytree import tree_iter
+    tree_iter = torch_private.tree_iter()
 
     def tree_map_only_for_effect(types: Any, func: Callable[[Any], Any], tree: Any, is_leaf: Any = None) -> Any:
         if isinstance(tree, torch.Tensor):  # most operators return one tensor
@@ -241,35 +232,61 @@ def lean_tree_map() -> Callable[[], None]:
                 func(leaf)
         return tree
 
-    modules = [importlib.import_module(name) for name in TRACKER_MODULES]
-    saved = [module.tree_map_only for module in modules]
-    for module in modules:
-        module.tree_map_only = tree_map_only_for_effect
-
-    def restore() -> None:
-        for module, original in zip(modules, saved):
-            module.tree_map_only = original
-
-    return restore
+    return torch_private.swap_tracker_tree_map(tree_map_only_for_effect)
 
 
 def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
     """FSDP2's tracker for a fully_shard-ed model (it knows sharded from gathered), the generic one otherwise."""
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed._tools.mem_tracker import MemTracker
     from torch.distributed.fsdp import FSDPModule
+
+    MemTracker, FSDPMemTracker = torch_private.mem_tracker_classes()
 
     inner_optimizer = getattr(optimizer, "optimizer", optimizer)  # accelerate's AcceleratedOptimizer
     if isinstance(model, FSDPModule):
-        from torch.distributed._tools.fsdp2_mem_tracker import _FSDPRefType
-
         tracker = FSDPMemTracker(model, inner_optimizer)
         # FSDPMemTracker counts AdamW's state only after a step; it exists from step 1 on, so count it now
-        tracker._track_optimizer_states(_FSDPRefType.OPT, inner_optimizer)
+        torch_private.track_optimizer_states(tracker, inner_optimizer)
         return tracker
     tracker = MemTracker()
     tracker.track_external(model, inner_optimizer)
     return tracker
+
+
+class AllocatorPeaks:
+    """The CUDA caching allocator's (allocated, reserved) peaks in bytes since training began, across the
+    reset of its peak counters at the tracked step.
+
+    Why: the tracked step's own allocator peak (`allocator_step_peak`, set beside the tracker's figure)
+    needs `torch.cuda.reset_peak_memory_stats` at its start, which forgets every earlier peak; the run's
+    peak since train start (summary.json's `peak_mem_mb`, `peak_reserved_mb`, metrics.jsonl's records)
+    is the larger of what the counters held at that reset and what they reached after it.
+    `read` and `reset` are the allocator's counters (a CPU test passes its own)."""
+
+    def __init__(self, read: Callable[[], tuple[int, int]], reset: Callable[[], None]) -> None:
+        self.read, self._reset = read, reset
+        self.floor = (0, 0)   # the counters' values just before the last reset since train start
+
+    @classmethod
+    def cuda(cls, device: torch.device) -> "AllocatorPeaks":
+        return cls(lambda: (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)),
+                   lambda: torch.cuda.reset_peak_memory_stats(device))
+
+    def start(self) -> None:
+        """Training starts: forget what came before (the generation run that scores the untrained model)."""
+        self._reset()
+        self.floor = (0, 0)
+
+    def reset_keeping_peaks(self) -> None:
+        """Reset the counters (a step is about to be measured on its own), keeping what they held."""
+        self.floor = self.since_start()
+        self._reset()
+
+    def since_reset(self) -> tuple[int, int]:
+        return self.read()
+
+    def since_start(self) -> tuple[int, int]:
+        allocated, reserved = self.read()
+        return max(self.floor[0], allocated), max(self.floor[1], reserved)
 
 
 class TensorMemoryCallback(TrainerCallback):
@@ -285,30 +302,37 @@ class TensorMemoryCallback(TrainerCallback):
         self._restore_hooks: Callable[[], None] | None = None
         self._peaks: dict[str, int] = {}
         self.measured: dict[str, float] | None = None
+        self.reason: str | None = None  # why nothing was measured, when a private torch name is missing
         self.tracked_step_s: float | None = None
         self.untracked_steps_s: list[float] = []
         self._started = 0.0
-        self._floor = (0, 0)  # CUDA: the allocator's (allocated, reserved) peaks before the measured step's reset
+        self.peaks = AllocatorPeaks.cuda(device) if device.type == "cuda" else None  # CUDA: since train start
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         # training only: forget what the generation run on the untrained model allocated
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(self.device)
+        if self.peaks is not None:
+            self.peaks.start()
         self.measure_step = instrumented_step("tensor_memory", state.max_steps)
         if self.counter is not None and self.measure_step > state.global_step:   # a resumed run past it measures nothing
             self.counter.leave_out_of_throughput(self.measure_step, "tensor_memory")
 
     def on_step_begin(self, args, state, control, optimizer=None, model=None, **kwargs):  # noqa: ANN001
         self._started = time.perf_counter()
-        if self.measured is None and self.tracker is None and state.global_step + 1 == self.measure_step:
+        if self.measured is None and self.tracker is None and self.reason is None \
+                and state.global_step + 1 == self.measure_step:
             model = self.model if self.model is not None else model
-            self.tracker = make_tracker(model, optimizer)
-            self._peaks = watch_category_peaks(self.tracker, self.device, self.offload)
-            restore_hooks, restore_tree_map = save_fsdp_hooks(model), lean_tree_map()
+            try:
+                tracker = make_tracker(model, optimizer)
+                self._peaks = watch_category_peaks(tracker, self.device, self.offload)
+                restore_hooks = save_fsdp_hooks(model)
+                restore_tree_map = lean_tree_map()
+            except NotOnThisTorch as e:  # the step runs untracked; summary.json says why
+                self.reason = torch_private.not_measured("tensor memory by category", e)
+                return
+            self.tracker = tracker
             self._restore_hooks = lambda: (restore_hooks(), restore_tree_map())
-            if self.device.type == "cuda":   # the measured step's own allocator peak, beside the tracker's
-                self._floor = self.allocator_peaks()
-                torch.cuda.reset_peak_memory_stats(self.device)
+            if self.peaks is not None:   # the measured step's own allocator peak, beside the tracker's
+                self.peaks.reset_keeping_peaks()
             self.tracker.__enter__()
 
     def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -330,22 +354,22 @@ class TensorMemoryCallback(TrainerCallback):
         self.measured["batch_shape"] = [max(s[0] for s in self.shapes), max(s[-1] for s in self.shapes)] \
             if all(self.shapes) else None
         self.measured["micro_batches"] = len(self.shapes)
-        if self.device.type == "cuda":
-            self.measured["allocator_step_peak"] = round(torch.cuda.max_memory_allocated(self.device) / MB, 3)
-            self.measured["allocator_peak"] = round(self.allocator_peaks()[0] / MB, 3)
+        if self.peaks is not None:
+            self.measured["allocator_step_peak"] = round(self.peaks.since_reset()[0] / MB, 3)
+            self.measured["allocator_peak"] = round(self.peaks.since_start()[0] / MB, 3)
         self.tracker = None
 
     def allocator_peaks(self) -> tuple[int, int]:
-        """CUDA: the caching allocator's (allocated, reserved) peaks in bytes over training so far, the
+        """CUDA: the caching allocator's (allocated, reserved) peaks in bytes since train start, the
         counts from before the measured step's reset included."""
-        return (max(self._floor[0], torch.cuda.max_memory_allocated(self.device)),
-                max(self._floor[1], torch.cuda.max_memory_reserved(self.device)))
+        assert self.peaks is not None, "allocator peaks exist on CUDA only"
+        return self.peaks.since_start()
 
     def peak_so_far_mb(self) -> float | None:
-        """The logging step's peak: the CUDA allocator's over training, or on CPU the measured step's tensor
-        peak — None in metrics.jsonl's records before the measured step (the second), since nothing else
-        on a CPU counts tensors (docs/design.md says the same)."""
-        if self.device.type == "cuda":
+        """The logging step's peak: the CUDA allocator's since train start, or on CPU the measured step's
+        tensor peak — None in metrics.jsonl's records before the measured step (the second), since nothing
+        else on a CPU counts tensors (docs/design.md says the same)."""
+        if self.peaks is not None:
             return round(self.allocator_peaks()[0] / MB, 1)
         return round(self.measured["peak"], 1) if self.measured else None
 

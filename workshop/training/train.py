@@ -310,6 +310,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     from workshop.training.tensor_memory import TensorMemoryCallback
     from workshop.training.throughput import ThroughputWindow
     from workshop.training.trainer import CheckpointOnSignal, CourseTrainer, stop_check_every
+    from workshop.training import torch_private
 
     hf_logging.set_verbosity_warning()
     is_main = rank == 0
@@ -433,6 +434,8 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "sample_predictions": after.get("examples"),
         "train_runtime_s": round(train_runtime, 2),
         "comm": comm.summary(train_runtime),
+        # what this torch lacked a private name for (workshop/training/torch_private.py); empty when all ran
+        "not_measured": torch_private.not_measured_lines(),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
                    launcher=launched_with(os.environ))

@@ -8,7 +8,7 @@ from typing import Any, Callable
 import torch
 from transformers import Trainer, TrainerCallback
 
-from workshop.training import fsdp_cpu
+from workshop.training import fsdp_cpu, hf_fsdp
 from workshop.training.data import HOST_TOKENS
 from workshop.training.metrics import StepCounter
 
@@ -27,6 +27,7 @@ class CourseTrainer(Trainer):
             fsdp_cpu.fp16_on_cpu(self.accelerator)
             if wants_fsdp:
                 fsdp_cpu.assert_fsdp_active(self.accelerator)
+                hf_fsdp.reduce_in_fp32(self.accelerator)   # fp16 sites: gradients reduced in fp32
             return
         mesh_config, self.args.parallelism_config = self.args.parallelism_config, None
         try:
@@ -38,6 +39,7 @@ class CourseTrainer(Trainer):
         fsdp_cpu.fp16_on_cpu(self.accelerator)
         self.is_fsdp_enabled = True
         fsdp_cpu.assert_fsdp_active(self.accelerator)
+        hf_fsdp.reduce_in_fp32(self.accelerator)
 
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
         self.counter.add(inputs)   # counts on the host, and takes the collator's token count out of the batch

@@ -151,4 +151,30 @@ def apply(cfg: RunConfig, model: Any) -> Any:
         raise ConfigError("wrap_function", f"{name}(model) sharded {len(units)} block(s) but not the model itself: "
                           "its embeddings and final norm would stay whole on every rank, and no root unit drives "
                           "the blocks' all-gathers", "end with fully_shard(model, mp_policy=policy)")
+    if cfg.precision == "fp16":
+        fp16_reducers = units_reducing_in_fp16(model)
+        if fp16_reducers:
+            raise ConfigError("wrap_function", f"{name}(model) leaves {len(fp16_reducers)} unit(s) reducing gradients "
+                              f"in fp16 ({', '.join(fp16_reducers[:3])}{', ...' if len(fp16_reducers) > 3 else ''}) "
+                              "on an fp16 site: loss-scaled fp16 gradients summed over the ranks overflow or lose "
+                              "their small values, where DDP sums fp32",
+                              "give every fully_shard call MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE, "
+                              "reduce_dtype=torch.float32)")
     return model
+
+
+def units_reducing_in_fp16(model: Any) -> list[str]:
+    """The FSDP units whose policy reduce-scatters in fp16 (its reduce_dtype, or param_dtype without one);
+    [] when this torch cannot read the policies back (summary.json's not_measured says so)."""
+    import torch
+
+    from workshop.training import sharding, torch_private
+
+    try:
+        groups = sharding._fsdp_param_groups(model)
+    except torch_private.NotOnThisTorch as e:
+        torch_private.not_measured("the reduce dtype of the student's units", e)
+        return []
+    names = {id(m): n or "(root)" for n, m in model.named_modules()}
+    return [names.get(id(m), "?") for m, g in groups
+            if (g.mp_policy.reduce_dtype or g.mp_policy.param_dtype) == torch.float16]
