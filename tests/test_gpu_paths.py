@@ -117,7 +117,9 @@ def test_fp16_with_the_gradient_scaler_trains_under_fsdp2_on_cpu(runs: RunCache)
     assert by_kind["all_gather"]["bytes"] == 2 * by_kind["all_gather"]["elements"] > 0, by_kind
     # and the communication model counts the applied dtype: its bytes are the recorded ones
     config = json.loads((run.out_dir / "run_args.json").read_text())["config"]
-    rows = [r for r in comm.compare(fsdp, config) if r["measure"] == "bytes" and r["predicted"] is not None]
+    # (the all-reduces: fp16's GradScaler adds its inf checks, which the model leaves out and says so)
+    rows = [r for r in comm.compare(fsdp, config) if r["measure"] == "bytes" and r["predicted"] is not None
+            and r["kind"] in ("all_gather", "reduce_scatter")]
     assert rows and all(r["predicted"] == pytest.approx(r["measured"], rel=0.01) for r in rows), rows
     scaler = fsdp["grad_scaler"]
     assert fsdp["precision"] == "fp16" and scaler["enabled"] and scaler["init_scale"] == 65536.0

@@ -188,3 +188,19 @@ def test_site_limits_are_checked_before_anything_is_submitted(tmp_path):
     cfg = step_config("strategies", prof, {"procs_per_node": 8})
     with pytest.raises(ConfigError, match="procs_per_node.*gpu_v100.*4 GPUs"):
         render("strategies", cfg, prof, tmp_path)
+
+
+def test_nccl_jobs_dump_the_flight_recorder_into_the_job_folder_on_a_timeout(tmp_path):
+    """Issue #35: a GPU job's script switches on the flight recorder's dump on a collective timeout, with
+    a buffer and one file per rank in the job folder (where `workshop diagnose` looks); a CPU job does not."""
+    import subprocess
+
+    script = rendered("multi_gpu", "example-hpc", tmp_path)
+    folder = tmp_path.resolve() / "jobs" / "multi_gpu" / "flight_recorder"
+    assert "export TORCH_NCCL_DUMP_ON_TIMEOUT=1" in script and "export TORCH_FR_BUFFER_SIZE=" in script
+    line = next(ln for ln in script.splitlines() if ln.startswith("export TORCH_NCCL_DEBUG_INFO_TEMP_FILE="))
+    exports = "\n".join(ln for ln in script.splitlines() if "TORCH_" in ln or ln.startswith("mkdir -p") and "flight" in ln)
+    out = subprocess.run(["bash", "-c", exports + '\necho "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE $TORCH_FR_BUFFER_SIZE"'],
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == [f"{folder}/rank_", "4096"] and folder.is_dir(), (line, out)
+    assert "TORCH_NCCL_DUMP_ON_TIMEOUT" not in rendered("multi_gpu", "local", tmp_path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 MB = 2**20
@@ -39,3 +40,34 @@ def test_a_large_allocation_before_the_tracked_step_shows_in_the_peak(figures) -
     assert used >= 1024 and reserved >= 1024, (used, reserved)
     assert raw < 1024, f"the tracked step's reset did not happen (raw counter {raw:.1f} MB)"
     assert callback.measured["allocator_peak"] >= 1024 > callback.measured["allocator_step_peak"]
+
+
+@pytest.mark.parametrize("name", ["full_shard-bf16"])
+def test_the_tracked_steps_memory_snapshot_is_written_beside_the_run(gpu_runs, figures, name) -> None:
+    """The CUDA memory snapshot of the tracked step (issue #35, item 4): written into the run folder,
+    under the size cap, and a pickle PyTorch's memory viewer reads (segments and the device's trace)."""
+    import pickle
+
+    from workshop.training.tensor_memory import SNAPSHOT_CAP_BYTES
+
+    run = gpu_runs[name]
+    info = run.summary["memory_snapshot"]
+    figures.put("memory_snapshot", run=run.name, **info)
+    assert info["file"], info
+    path = run.out_dir / info["file"]
+    assert 0 < path.stat().st_size <= SNAPSHOT_CAP_BYTES
+    snapshot = pickle.loads(path.read_bytes())
+    assert snapshot["segments"] and any(snapshot["device_traces"]), list(snapshot)
+
+
+@pytest.mark.parametrize("name", ["full_shard-fp16"])
+def test_fp16_fsdp_reduces_in_fp32_on_the_wire(gpu_runs, figures, name) -> None:
+    """Issue #35, item 2 on NCCL: the fp16 FSDP run's units reduce in fp32 (read back), and the recorded
+    reduce-scatters move 4 bytes per element while the all-gathers move 2."""
+    s = gpu_runs[name].summary
+    figures.put("fp16_reduce_dtype", run=name, mp_param_dtype=s.get("mp_param_dtype"),
+                mp_reduce_dtype=s.get("mp_reduce_dtype"), comm_status=(s.get("comm") or {}).get("status"))
+    assert (s["mp_param_dtype"], s["mp_reduce_dtype"]) == ("float16", "float32")
+    if s["comm"]["status"] == "measured" and s["comm"]["per_rank"][0]["by_kind"]:
+        by_kind = s["comm"]["per_rank"][0]["by_kind"]
+        assert by_kind["reduce_scatter"]["bytes"] == 4 * by_kind["reduce_scatter"]["elements"]

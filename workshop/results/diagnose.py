@@ -160,7 +160,76 @@ def collective_timeout(log: ParsedLog) -> list[Finding]:
     fix = ("find why the silent rank stopped (its node's own output; on a live hang `py-spy dump --pid` shows where "
            "it waits) and fix that; if it recurs on one node, exclude it (#SBATCH --exclude=NODE) and tell the "
            "cluster staff; if none stalled, run `workshop bandwidth` on the same nodes to test the network")
-    return [Finding(title, [h.text for h in hits[:2]], fix, "nccl_timeout" if nccl_hits else "collective_timeout", facts)]
+    evidence = [h.text for h in hits[:2]]
+    dump = flight_recorder_dir(log) if nccl_hits else None   # gloo keeps the log's diagnosis (its dumps lack
+    if dump is not None:                                     # the group names the analyser needs, torch 2.13)
+        analysis = analyse_flight_recorder(dump)
+        facts["flight_recorder"] = analysis
+        if analysis.get("first_error"):
+            first = analysis["first_error"]
+            title += (f". PyTorch's flight recorder (torchfrtrace on {dump}): the first mismatched collective is "
+                      f"#{first['seq']} {first['collective']} in group {first['group']}")
+            if first.get("missing_ranks"):
+                title += f", missing rank(s) {', '.join(map(str, first['missing_ranks']))}"
+            evidence += first["lines"][:4]
+        elif analysis.get("error"):
+            evidence.append(f"flight recorder: {analysis['error']}")
+    return [Finding(title, evidence, fix, "nccl_timeout" if nccl_hits else "collective_timeout", facts)]
+
+
+FLIGHT_RECORDER_DIR = "flight_recorder"   # workshop.slurm.render.FLIGHT_RECORDER_DIR: where NCCL runs dump
+_FR_ERROR = re.compile(r"Collective sequence number: (\d+) has errors")
+
+
+def flight_recorder_dir(log: ParsedLog) -> Path | None:
+    """The job's flight-recorder dumps (rank_<N> files, written on an NCCL timeout), beside the log or its
+    run folder; None when there are none."""
+    if log.source == "<text>":
+        return None
+    source = Path(log.source)
+    here = source if source.is_dir() else source.parent
+    for folder in (here / FLIGHT_RECORDER_DIR, here.parent / FLIGHT_RECORDER_DIR):
+        if folder.is_dir() and any(folder.glob("rank_*")):
+            return folder
+    return None
+
+
+def analyse_flight_recorder(folder: Path, timeout_s: float = 120) -> dict[str, object]:
+    """Run PyTorch's flight-recorder analyser (`torchfrtrace`, torch.distributed.flight_recorder) on the
+    dumps; return its first mismatched collective (sequence number, collective, group, the analyser's
+    error line, missing ranks) and its output, or why it could not run."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder), "-p", "rank_",
+           "--allow-incomplete-ranks"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"error": f"torchfrtrace did not run: {type(e).__name__}: {e}"}
+    text = done.stdout + done.stderr
+    out: dict[str, object] = {"returncode": done.returncode, "output_tail": text[-4000:]}
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if _FR_ERROR.search(ln)), None)
+    if start is None:
+        if done.returncode:
+            out["error"] = f"torchfrtrace exited {done.returncode}: {(lines or ['(no output)'])[-1][:300]}"
+        return out
+    block = []
+    for ln in lines[start:]:
+        if block and _FR_ERROR.search(ln):
+            break
+        block.append(ln)
+    field_of = {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in block[1:]) if v}
+    missing = re.search(r"[Mm]issing ranks?[^{\[]*[{\[]([\d, ]*)[}\]]", "\n".join(block))
+    culprit = re.search(r"Culprit rank (\d+)", "\n".join(block))
+    ranks = [int(r) for r in re.findall(r"\d+", missing.group(1))] if missing else []
+    if not ranks and culprit:
+        ranks = [int(culprit.group(1))]
+    out["first_error"] = {"seq": int(_FR_ERROR.search(block[0]).group(1)),  # type: ignore[union-attr]
+                          "collective": field_of.get("collective"), "group": field_of.get("group info"),
+                          "error": field_of.get("error msg"), "missing_ranks": ranks,
+                          "lines": [ln for ln in block if ln.strip()][:8]}
+    return out
 
 
 def nccl(log: ParsedLog) -> list[Finding]:

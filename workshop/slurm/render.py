@@ -167,6 +167,21 @@ def launch_block(step: str, config: RunConfig, profile: Profile, job_dir: Path) 
         rdzv_conf=rdzv_conf).rstrip()
 
 
+FLIGHT_RECORDER_DIR = "flight_recorder"   # in the job folder: one file per rank after a collective timeout
+
+
+def flight_recorder_exports(job_dir: Path) -> list[str]:
+    """NCCL runs: PyTorch's flight recorder keeps the last collectives of every rank (a ring buffer) and
+    dumps them when a collective times out, one file per rank in the job folder, which `workshop diagnose`
+    hands to PyTorch's analyser (torchfrtrace) to name the first mismatched collective and the missing
+    ranks."""
+    folder = shell_value(str(Path(job_dir) / FLIGHT_RECORDER_DIR))
+    return ["export TORCH_NCCL_DUMP_ON_TIMEOUT=1   # a collective timeout dumps the flight recorder (below)",
+            "export TORCH_FR_BUFFER_SIZE=${TORCH_FR_BUFFER_SIZE:-4096}   # collectives kept per rank",
+            f"mkdir -p {folder}",
+            f"export TORCH_NCCL_DEBUG_INFO_TEMP_FILE={folder}/rank_   # one dump per rank: rank_<N>"]
+
+
 def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_name: str | None = None) -> str:
     """The batch script for `step` with `config` on `profile`, writing into `job_dir`."""
     info = get_step(step)
@@ -187,6 +202,8 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
     exports += nccl_exports(profile)
     if info.program == "bandwidth":
         exports.append("export NCCL_DEBUG=INFO   # the gate's log keeps NCCL's transport lines (P2P, SHM, NET/IB...)")
+    elif part.gpus_per_node:
+        exports += flight_recorder_exports(job_dir)
     launch = launch_block(step, config, profile, job_dir)
     limit_s = time_seconds(profile.time_for(step))
     if config.collective_timeout_s >= limit_s:

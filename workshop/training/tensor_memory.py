@@ -252,6 +252,54 @@ def make_tracker(model: torch.nn.Module, optimizer: Any) -> Any:
     return tracker
 
 
+SNAPSHOT_FILE = "memory_snapshot.pickle"
+SNAPSHOT_ENTRIES = 100_000          # allocation events kept (a ring buffer): a BLOOM-560M step makes ~10^4
+SNAPSHOT_CAP_BYTES = 64 * 2**20     # a larger dump is deleted (the job folder is the student's quota)
+
+
+class MemorySnapshot:
+    """CUDA: every allocation and free of the tracked step with its stack, dumped next to the run as
+    `memory_snapshot.pickle` (PyTorch's memory snapshot). Open it in PyTorch's memory viewer: drag the
+    file onto https://pytorch.org/memory_viz (it runs in the browser; nothing is uploaded).
+
+    Recording runs only inside the tracked step, which the throughput already leaves out
+    (counted_steps.INSTRUMENTED_STEPS); the dump is written after that step's time is taken. The size
+    is capped twice: `SNAPSHOT_ENTRIES` events at most, and a file over `SNAPSHOT_CAP_BYTES` is deleted
+    with the reason kept (`reason`)."""
+
+    def __init__(self, path: Any) -> None:
+        self.path = path
+        self.file: str | None = None
+        self.reason: str | None = None
+        self._on = False
+
+    def start(self) -> None:
+        try:
+            torch_private.record_memory_history("all", SNAPSHOT_ENTRIES)
+            self._on = True
+        except NotOnThisTorch as e:
+            self.reason = torch_private.not_measured("the CUDA memory snapshot", e)
+        except Exception as e:  # noqa: BLE001  (a debugging aid never stops training)
+            self.reason = f"the CUDA memory snapshot did not start: {type(e).__name__}: {e}"
+
+    def stop(self) -> None:
+        if not self._on:
+            return
+        self._on = False
+        try:
+            torch_private.dump_memory_snapshot(str(self.path))
+            torch_private.record_memory_history(None, SNAPSHOT_ENTRIES)
+            size = self.path.stat().st_size
+            if size > SNAPSHOT_CAP_BYTES:
+                self.path.unlink()
+                self.reason = (f"the snapshot was {size / 2**20:.0f} MiB, over the {SNAPSHOT_CAP_BYTES // 2**20} MiB "
+                               "cap: deleted (workshop.training.tensor_memory.SNAPSHOT_CAP_BYTES)")
+            else:
+                self.file = self.path.name
+        except Exception as e:  # noqa: BLE001
+            self.reason = f"the CUDA memory snapshot was not written: {type(e).__name__}: {e}"
+
+
 class AllocatorPeaks:
     """The CUDA caching allocator's (allocated, reserved) peaks in bytes since training began, across the
     reset of its peak counters at the tracked step.
@@ -307,6 +355,7 @@ class TensorMemoryCallback(TrainerCallback):
         self.untracked_steps_s: list[float] = []
         self._started = 0.0
         self.peaks = AllocatorPeaks.cuda(device) if device.type == "cuda" else None  # CUDA: since train start
+        self.snapshot: MemorySnapshot | None = None  # CUDA, one rank: set by the training script (enable_snapshot)
 
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
         # training only: forget what the generation run on the untrained model allocated
@@ -333,7 +382,23 @@ class TensorMemoryCallback(TrainerCallback):
             self._restore_hooks = lambda: (restore_hooks(), restore_tree_map())
             if self.peaks is not None:   # the measured step's own allocator peak, beside the tracker's
                 self.peaks.reset_keeping_peaks()
+            if self.snapshot is not None:
+                self.snapshot.start()
             self.tracker.__enter__()
+
+    def enable_snapshot(self, run_dir: Any) -> None:
+        """Record the CUDA memory snapshot of the tracked step into run_dir (CUDA only; call on one rank)."""
+        from pathlib import Path
+
+        if self.device.type == "cuda":
+            self.snapshot = MemorySnapshot(Path(run_dir) / SNAPSHOT_FILE)
+
+    def snapshot_summary(self) -> dict[str, Any] | None:
+        """summary.json's `memory_snapshot`: the file beside it, or why there is none (None off CUDA)."""
+        if self.snapshot is None:
+            return None
+        return {"file": self.snapshot.file, "reason": self.snapshot.reason,
+                "open_with": "https://pytorch.org/memory_viz (drag the file onto the page)"}
 
     def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
         if self.tracker is not None:
@@ -348,6 +413,8 @@ class TensorMemoryCallback(TrainerCallback):
         if self._restore_hooks is not None:
             self._restore_hooks()
         self.tracked_step_s = time.perf_counter() - self._started
+        if self.snapshot is not None:   # after the step's time: the dump is no part of it
+            self.snapshot.stop()
         self.measured = as_mb(self._peaks, self.offload)
         self.shapes.append(self.counter.last_shape if self.counter else ())
         # (micro-batch, longest sequence): what the memory model needs to predict this step

@@ -353,6 +353,8 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     callback.records.extend(prior)
     # the instrumented steps (counted_steps.INSTRUMENTED_STEPS) run under these; the window counts the others
     callback.tensor_memory = tensor_mem = TensorMemoryCallback(device, cfg.offload, counter)
+    if is_main:
+        tensor_mem.enable_snapshot(out)   # CUDA: the tracked step's memory snapshot, beside summary.json
     # first among the callbacks: its step's trace closes before their collectives (stop flag, logs)
     comm = CommRecorder(out, device, counter, hosts, rank, is_main, cfg.comm_record, tensor_mem.measure_step)
     stopper = CheckpointOnSignal(is_main, stop_requested, every=stop_check_every(device))
@@ -423,6 +425,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "rss_mb": max((r.get("rss_mb") or 0) for r in trains) if trains else None,
         "tensor_mem_mb_per_rank": _all_gather(tensor_mem.measured),
         "tensor_mem_overhead_pct": tensor_mem.overhead_pct(train_runtime),
+        "memory_snapshot": tensor_mem.snapshot_summary(),
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
         "gpu_util_pct": round(sum(utils) / len(utils), 1) if utils else None,
         "mfu": throughput["mfu"],
