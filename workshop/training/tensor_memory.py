@@ -260,7 +260,7 @@ SNAPSHOT_CAP_BYTES = 64 * 2**20     # a larger dump is deleted (the job folder i
 class MemorySnapshot:
     """CUDA: every allocation and free of the tracked step with its stack, dumped next to the run as
     `memory_snapshot.pickle` (PyTorch's memory snapshot). Open it in PyTorch's memory viewer: drag the
-    file onto https://pytorch.org/memory_viz (it runs in the browser; nothing is uploaded).
+    file onto https://pytorch.org/memory_viz.
 
     Recording runs only inside the tracked step, which the throughput already leaves out
     (counted_steps.INSTRUMENTED_STEPS); the dump is written after that step's time is taken. The size
