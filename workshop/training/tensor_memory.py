@@ -384,7 +384,15 @@ class TensorMemoryCallback(TrainerCallback):
                 self.peaks.reset_keeping_peaks()
             if self.snapshot is not None:
                 self.snapshot.start()
-            self.tracker.__enter__()
+            try:
+                self.tracker.__enter__()
+            except (AttributeError, ImportError, KeyError) as e:  # a tracker internal this torch changed
+                self._restore_hooks()
+                self.tracker, self._restore_hooks = None, None
+                if self.snapshot is not None:
+                    self.snapshot.stop()
+                self.reason = torch_private.not_measured(
+                    "tensor memory by category", NotOnThisTorch(f"the memory tracker did not start: {type(e).__name__}: {e}"))
 
     def enable_snapshot(self, run_dir: Any) -> None:
         """Record the CUDA memory snapshot of the tracked step into run_dir (CUDA only; call on one rank)."""
