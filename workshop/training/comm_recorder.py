@@ -92,6 +92,13 @@ def stop_debug_count(mode: Any) -> dict[str, int] | None:
         return None
 
 
+def _add_counts(total: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
+    """Sum of two counts by kind; None (not counted) if either is."""
+    if total is None or more is None:
+        return None
+    return {k: total.get(k, 0) + more.get(k, 0) for k in {**total, **more}}
+
+
 def choose_step(first: int, max_steps: int, avoid: int | None, preferred: int = RECORD_STEP) -> int | None:
     """The optimizer step (1-based, counted over the run) to record: `preferred` steps after `first`
     (the step the run starts from, > 0 after a resume), or the latest one that is not `avoid` (the
@@ -131,6 +138,7 @@ class CommRecorder(TrainerCallback):
         self._error: str | None = None
         self._started = 0.0
         self._debug: Any = None   # CommDebugMode around the recorded step: the second count
+        self._debug_counts: dict[str, int] | None = {}
 
     # ------------------------------------------------------------------ the Trainer's events
     def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001
@@ -159,7 +167,14 @@ class CommRecorder(TrainerCallback):
         except Exception as e:  # noqa: BLE001  (the run trains on; comm says why it has no figures)
             self._profiler, self._error = None, f"the profiler did not start: {type(e).__name__}: {e}"
             return
-        self._debug = start_debug_count()
+        self._debug, self._debug_counts = start_debug_count(), {}
+
+    def on_substep_end(self, args, state, control, **kwargs):  # noqa: ANN001
+        """Between micro-batches: a new CommDebugMode for the next one. Its module tracker takes a second
+        forward in one mode for a nested module and fails (IndexError in _fw_set_module_hook, torch 2.13)."""
+        if self._armed and self._debug is not None:
+            self._debug_counts = _add_counts(self._debug_counts, stop_debug_count(self._debug))
+            self._debug = start_debug_count()
 
     def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
         if not self._armed:
@@ -185,7 +200,8 @@ class CommRecorder(TrainerCallback):
         try:
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
-            local["debug_mode_calls"] = stop_debug_count(self._debug)
+            local["debug_mode_calls"] = _add_counts(self._debug_counts, stop_debug_count(self._debug)) \
+                if self._debug is not None else None
             self._debug = None
             marks = [time.perf_counter()]
             local["step_ms"] = round((marks[0] - self._started) * 1000, 3)  # the step itself, profiled
