@@ -78,3 +78,11 @@ def test_the_class_view_says_why_a_students_job_waits() -> None:
     assert table.attrs["waiting"][0].startswith("ana multi_node job 41 PENDING: waiting for free nodes")
     assert "instructor" in table.attrs["waiting"][1] and "(ReqNodeNotAvail, UnavailableNodes:n2)" in table.attrs["waiting"][1]
     assert "waiting jobs:\n  ana multi_node job 41 PENDING: " in view.text()
+
+
+def test_a_two_node_runs_rendezvous_shutdown_trace_after_its_records_is_not_the_last_line() -> None:
+    text = (LOGS / "real_two_node_job_shutdown_trace.log").read_text()
+    # after WORKSHOP_DIGEST: torch's TCPStore warning, 20-odd C++ frames, the rendezvous warning, [job] end
+    assert "failed to shutdown the rendezvous" in text.rstrip().splitlines()[-2]
+    assert last_meaningful_line(text) == ("[workshop] saved checkpoint-6 in "
+                                          "/tmp/fsdp-workshop-root/checkpoints/multi_node-7ae6d7de13-1923e93c")

@@ -27,6 +27,11 @@ _NOISE = (
     re.compile(r"^\[job\] end "),                                # the script's end stamp: the state says it
     re.compile(r"^\[workshop rank \d+ host \S+\] params_local="),  # each rank's share, read back for the tables
     re.compile(r"^[=\-]{8,}$"),                                  # torchrun's report frames
+    # torch's C++ warnings and their stack dumps: a 2-node run that ended well may still print, after its
+    # records, that its rendezvous store had gone (`[W... TCPStore.cpp] recvVector failed`, frames, then
+    # `W... dynamic_rendezvous.py] ... failed to shutdown the rendezvous`); a failure is diagnose's to name
+    re.compile(r"^\[?[WE]\d{4} \d\d:\d\d:\d\d\.\d+ +\d*\s*\S+\.(?:cpp|py):\d+\]"),
+    re.compile(r"^(?:frame #\d+: |Exception raised from |<omitting python frames>)"),
 )
 
 
