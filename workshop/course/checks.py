@@ -142,7 +142,9 @@ def _close(got: Any, want: Any, rel: float, abs_tol: float) -> bool:
 
 
 def _fail(message: str, hint: str) -> None:
-    raise AssertionError(message + (f": {hint}" if hint else ""))
+    from workshop.course.cell_label import where_now   # which cell to scroll to, when JupyterLab says
+
+    raise AssertionError(message + (f": {hint}" if hint else "") + where_now())
 
 
 # ---------------------------------------------------------------------------------- the checks

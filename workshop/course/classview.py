@@ -25,13 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from workshop.training.config import ConfigError
+from workshop.slurm.pending import pending_words
 from workshop.slurm.records import SLURM_STATES, JobState
 from workshop.slurm import slurm_backend
 from workshop.slurm.slurm_backend import SlurmError, run
 from workshop.slurm.steps import STEPS
 
 JOB_PREFIX = "workshop-"
-FIELDS = ["JobIDRaw", "User", "JobName", "State", "ExitCode", "WorkDir", "Account", "Reservation", "ReservationId"]
+FIELDS = ["JobIDRaw", "User", "JobName", "State", "ExitCode", "WorkDir", "Account", "Reservation", "ReservationId",
+          "Reason"]
 # a short word per job, so a student's row stays readable; capitals for the ones that need a look
 MARKS = {JobState.COMPLETED: "ok", JobState.RUNNING: "run", JobState.PENDING: "wait", JobState.FAILED: "FAIL",
          JobState.CANCELLED: "cancel", JobState.TIMEOUT: "TIME", JobState.OUT_OF_MEMORY: "OOM",
@@ -48,6 +50,7 @@ class ClassJob:
     exit_code: str
     workdir: str
     diagnosis: str = ""
+    reason: str = ""              # a pending job's: why it waits (Slurm's word), see workshop.slurm.pending
 
     @property
     def log_path(self) -> Path:
@@ -68,6 +71,10 @@ class ClassView:
     def failed(self) -> list[ClassJob]:
         return [j for j in self.jobs if j.state in FAILED_STATES]
 
+    @property
+    def waiting(self) -> list[ClassJob]:
+        return [j for j in self.jobs if j.state is JobState.PENDING]
+
     def table(self) -> "Any":
         """A DataFrame: one row per student, one column per step, each cell that student's jobs in order."""
         import pandas as pd
@@ -78,6 +85,8 @@ class ClassView:
                     for s in steps} for u in self.students}
         df = pd.DataFrame.from_dict(rows, orient="index", columns=steps).rename_axis("student")
         df.attrs["notes"] = [f"{j.user} {j.step} job {j.job_id} {j.state.value}: {j.diagnosis}" for j in self.failed]
+        df.attrs["waiting"] = [f"{j.user} {j.step} job {j.job_id} PENDING: {pending_words(j.reason) or 'no reason yet'}"
+                               for j in self.waiting]
         return df
 
     def text(self) -> str:
@@ -89,7 +98,9 @@ class ClassView:
             return head
         body = df.fillna("").to_string()
         fails = "\n".join(f"  {n}" for n in df.attrs["notes"])
-        return f"{head}\n{body}" + (f"\n\nfailed jobs:\n{fails}" if fails else "")
+        waits = "\n".join(f"  {n}" for n in df.attrs["waiting"])
+        return (f"{head}\n{body}" + (f"\n\nfailed jobs:\n{fails}" if fails else "")
+                + (f"\n\nwaiting jobs:\n{waits}" if waits else ""))
 
 
 FAILED_STATES = {JobState.FAILED, JobState.TIMEOUT, JobState.OUT_OF_MEMORY, JobState.NODE_FAIL}
@@ -109,6 +120,20 @@ def one_line_diagnosis(job: ClassJob) -> str:
         return f"Slurm state {job.raw_state}, exit code {job.exit_code}; the log names no cause"
     first = findings[0]
     return f"{first.title} -> {first.fix}".replace("\n", " ")
+
+
+def pending_reasons(jobs: list[ClassJob]) -> None:
+    """The controller's reason for each waiting job (accounting writes it late, or "None"): one squeue call."""
+    if not jobs:
+        return
+    try:
+        out = run(["squeue", "-h", "--states=PENDING", "-j", ",".join(j.job_id for j in jobs), "-o", "%i|%r"])
+    except SlurmError:
+        return                        # the jobs still show as waiting; why comes with the next refresh
+    said = dict(line.strip().split("|", 1) for line in out.splitlines() if "|" in line)
+    for job in jobs:
+        if said.get(job.job_id, "None") != "None":
+            job.reason = said[job.job_id]
 
 
 def reservation_ids(name: str) -> set[str]:
@@ -144,7 +169,10 @@ def query(account: str = "", reservation: str = "", since: str = "now-1days", us
                        SLURM_STATES.get(word, JobState.FAILED), rec["State"], rec["ExitCode"], rec["WorkDir"])
         if job.state in FAILED_STATES:
             job.diagnosis = one_line_diagnosis(job)
+        if job.state is JobState.PENDING:
+            job.reason = "" if rec.get("Reason", "None") == "None" else rec["Reason"]
         view.jobs.append(job)
+    pending_reasons(view.waiting)
     view.jobs.sort(key=lambda j: (j.user, int(j.job_id) if j.job_id.isdigit() else 0))
     return view
 

@@ -82,9 +82,14 @@ def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:
         ax.plot([-0.25, 0.25], [mb["gpu_peak"] / 1024] * 2, color="black", ls=":", label="GPU peak (+ buckets)")
     if mb["host"]:
         ax.bar(1, mb["host"] / 1024, 0.5, color="grey", label="host memory (offload)")
-    for name, usable in GPUS.items():
-        ax.axhline(usable / GiB, ls="--", lw=1, color="green" if fits[name] else "red")
-        ax.annotate(f"{name} {'fits' if fits[name] else 'does not fit'}", (1.3, usable / GiB), fontsize=7, va="bottom")
+    # one line and one label per memory size: GPUs of the same size (A100-80GB, H100-80GB) share them, as
+    # their labels would be drawn over each other
+    for usable in sorted(set(GPUS.values())):
+        names = [name for name, size in GPUS.items() if size == usable]
+        fit = fits[names[0]]
+        ax.axhline(usable / GiB, ls="--", lw=1, color="green" if fit else "red")
+        verb = ("fits" if fit else "does not fit") if len(names) == 1 else ("fit" if fit else "do not fit")
+        ax.annotate(f"{', '.join(names)} {verb}", (1.3, usable / GiB), fontsize=7, va="bottom")
     ax.set_xticks([0, 1], ["per GPU", "host"])
     ax.set_xlim(-0.5, 2.4)
     ax.set_ylabel("GiB")

@@ -181,6 +181,43 @@ def session_line(profile: Profile, found: dict[str, dict[str, Any]]) -> Line:
                 "session, no GPU")
 
 
+def gate_session_line(profile: Profile) -> Line | None:
+    """Whether notebook 05's whole-node gate can start while sessions run: it needs GATE_NODES nodes of its
+    partition that no session can hold. The profile loader refuses a shared partition; sinfo also knows
+    partitions of other names over the same nodes. None when the gate does not ask for whole nodes."""
+    from workshop.slurm.profiles import GATE_NODES, gate_is_exclusive, session_blocks_gate
+
+    if profile.backend != "slurm" or not profile.session_partition or not gate_is_exclusive(profile):
+        return None
+    gate = profile.partition_for("bandwidth")
+    session = profile.partitions[profile.session_partition]
+    try:
+        sessions_on = (reservation_nodes(profile.session_reservation) if profile.session_reservation
+                       else partition_nodes(session.name))
+        free = partition_nodes(gate.name) - sessions_on
+    except RuntimeError as e:
+        return Line("sessions and the gate", INFO, f"node lists not compared ({str(e)[:160]})")
+    found = session_blocks_gate(profile, free_nodes=len(free))
+    if found:
+        return Line("sessions and the gate", FIX, f"{found[0]}. Fix: {found[1]}")
+    return Line("sessions and the gate", OK, f"{len(free)} node(s) of {gate.name} hold no session: the gate's "
+                f"{GATE_NODES} whole nodes never wait on one")
+
+
+def reservation_nodes(name: str) -> set[str]:
+    """The node names a reservation holds (`scontrol show reservation`'s Nodes=)."""
+    found = re.search(r"\bNodes=(\S+)", slurm(["scontrol", "show", "reservation", name]))
+    return set(slurm(["scontrol", "show", "hostnames", found.group(1)]).split()) if found else set()
+
+
+def partition_nodes(partition: str) -> set[str]:
+    """The node names of a Slurm partition (sinfo's node list, expanded by scontrol)."""
+    names: set[str] = set()
+    for nodelist in slurm(["sinfo", "-h", "-a", "-p", partition, "-o", "%N"]).split():
+        names |= set(slurm(["scontrol", "show", "hostnames", nodelist]).split())
+    return names
+
+
 # ------------------------------------------------------------------------------ what the node says
 
 def arch_covers(arch_list: list[str], capability: tuple[int, int]) -> bool:
@@ -338,6 +375,7 @@ def preflight(profile: Profile, jobs_dir: Path, timeout: float = 900, min_free_g
         lines += [x for x in (qos_line(profile),) if x is not None]
         lines.append(reservation_line(profile, user))
         lines.append(session_line(profile, found))
+        lines += [x for x in (gate_session_line(profile),) if x is not None]
     else:
         lines.append(Line("slurm", INFO, "backend local: no Slurm to check; the node job runs on this machine"))
     return lines + job_lines(profile, jobs_dir, timeout, min_free_gb)

@@ -92,7 +92,18 @@ def set_course_kernel(notebook: Path) -> None:
 
     nb = nbformat.read(notebook, as_version=nbformat.NO_CONVERT)
     nb.metadata["kernelspec"] = {"display_name": DISPLAY_NAME, "language": "python", "name": KERNEL_NAME}
+    nb.metadata["language_info"] = kernel_language_info()
     nbformat.write(nb, notebook)
+
+
+def kernel_language_info() -> dict[str, object]:
+    """What the course kernel reports as its language (ipykernel's kernel_info reply), which JupyterLab writes
+    into the notebook's metadata as soon as the kernel connects: a notebook released with less (nbgrader
+    keeps only {"name": "python"}) showed unsaved changes right after it opened. Python's version is this
+    environment's: a site whose course environment has another patch release shows the change once."""
+    from ipykernel.ipkernel import IPythonKernel
+
+    return dict(IPythonKernel.language_info)
 
 
 def differences(expected: Path, actual: Path) -> list[str]:

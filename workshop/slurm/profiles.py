@@ -93,6 +93,7 @@ class Profile:
     env: Mapping[str, str] = field(default_factory=dict)
     min_busbw_GBps: float = 0.0                   # the gate: bus bandwidth at the largest message, GB/s
     bandwidth_max_bytes: str = ""
+    bandwidth_exclusive: bool = True              # [bandwidth] exclusive: the gate asks whole nodes (--exclusive)
     instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.course.budget)
     instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
     nccl: Mapping[str, str] = field(default_factory=dict)   # [nccl]: NCCL_* and network-plugin variables, rendered
@@ -306,7 +307,8 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            "(GB/s), not gigabits", "write min_busbw_GBps = <the same number>")
     kw["min_busbw_GBps"] = _take(bw, "min_busbw_GBps", float, 0.0, source, "bandwidth.")
     kw["bandwidth_max_bytes"] = _take(bw, "max_bytes", str, "", source, "bandwidth.")
-    _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes")
+    kw["bandwidth_exclusive"] = _take(bw, "exclusive", bool, True, source, "bandwidth.")
+    _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes, exclusive")
 
     kw.update(_parse_nccl(dict(_take(data, "nccl", dict, {}, source, "")), source))
     kw.update(_parse_ood(dict(_take(data, "ood", dict, {}, source, "")), partitions, source))
@@ -326,7 +328,49 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["run_steps"] = {step: _coerce_run(dict(v), source, f"run.{step}.") for step, v in run_steps.items()}
     _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [nccl], [ood], [bandwidth], "
                   "[course], [run]")
-    return Profile(**kw)
+    profile = Profile(**kw)
+    overlap = session_blocks_gate(profile)
+    if overlap:
+        raise ProfileError(source, "ood.partition", *overlap)
+    return profile
+
+
+# Notebook 05's bandwidth gate: `lab.run("bandwidth", nodes=2)`, whole nodes on a GPU partition (render.py)
+GATE_NODES = 2
+
+
+def gate_is_exclusive(profile: Profile) -> bool:
+    """Whether the bandwidth gate asks Slurm for whole nodes: on a GPU partition, unless [bandwidth] exclusive
+    = false (render.py writes --exclusive then)."""
+    return profile.bandwidth_exclusive and bool(profile.partition_for("bandwidth").gpus_per_node)
+
+
+def session_blocks_gate(profile: Profile, free_nodes: int | None = None) -> tuple[str, str] | None:
+    """(problem, fix) when notebook 05's whole-node gate would wait as long as the student's own JupyterLab
+    session lives; None when it will not.
+
+    The session holds a core of one node; an --exclusive job cannot have that node, so a gate of GATE_NODES
+    whole nodes needs that many nodes no session can take. From the profile alone that is known when the
+    sessions' Slurm partition is the gate's (every node of it may hold a session; a session reservation
+    keeps the sessions to its own nodes). `workshop preflight` passes `free_nodes`, the gate partition's
+    nodes outside the session partition, from sinfo (partitions of other names may share nodes)."""
+    if profile.backend != "slurm" or not profile.session_partition or not gate_is_exclusive(profile):
+        return None
+    gate = profile.partition_for("bandwidth")
+    session = profile.partitions[profile.session_partition]
+    if free_nodes is None:
+        if session.name != gate.name or profile.session_reservation:
+            return None
+        where = f"JupyterLab sessions run on Slurm partition {gate.name!r}, the bandwidth gate's"
+    elif free_nodes >= GATE_NODES:
+        return None
+    else:
+        where = (f"the bandwidth gate's partition {gate.name!r} has {free_nodes} node(s) outside the sessions' "
+                 f"partition {session.name!r}")
+    return (f"{where}: notebook 05's gate asks {GATE_NODES} whole nodes (--exclusive), and a node that holds the "
+            "student's own session is never whole, so the gate waits (PENDING, Resources) as long as the session lives",
+            "give sessions a partition of their own ([ood] partition = a CPU partition's key), or nodes of their own "
+            "([ood] reservation), or, where the site allows a gate to share its nodes, set [bandwidth] exclusive = false")
 
 
 def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:

@@ -93,7 +93,7 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     lines.append(f"--output={sbatch_path(job_dir, '/slurm-%j.out')}")
     if profile.signal_lead_s > 0:
         lines.append(f"--signal=B:USR1@{profile.signal_lead_s}")
-    if get_step(step).program == "bandwidth" and part.gpus_per_node:
+    if get_step(step).program == "bandwidth" and part.gpus_per_node and profile.bandwidth_exclusive:
         lines.append("--exclusive")
     width = max(len(x.split("=")[0]) for x in lines)
     launcher = "accelerate launch" if uses_accelerate(step, config) else "torchrun"

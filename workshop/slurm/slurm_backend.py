@@ -11,6 +11,7 @@ training process. Commands take argument lists, never a shell.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -35,6 +36,11 @@ _SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_",
 _SESSION_NAMES = {"MPLBACKEND", "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
                   "CONFIG_FILE"}
 _KEEP = {"SLURM_CONF"}   # which cluster to talk to, not an option of the surrounding job
+# The session's shell: a virtualenv's activation (its prompt and its marker; the job's own setup activates
+# what the site's profile names) and the prompt. PYTHONPATH stays: sites and engineers' checkouts use it.
+_SHELL_NAMES = {"VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1", "_OLD_VIRTUAL_PATH", "_OLD_VIRTUAL_PS1"}
+# The PATH the session had before its own setup ran: the OOD app's script exports it (slurm/ood/template)
+SITE_PATH = "WORKSHOP_SITE_PATH"
 
 
 class SlurmError(RuntimeError):
@@ -46,13 +52,33 @@ def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     (SQUEUE_FORMAT, SACCT_FORMAT would change what we parse) or the Jupyter session the notebook runs in:
     what a job inherits from the kernel that submits it."""
     env = os.environ if env is None else env
-    return {k: v for k, v in env.items()
-            if k in _KEEP or not (k.startswith(_SCRUB_PREFIXES) or k in _SESSION_NAMES)}
+    out = {k: v for k, v in env.items()
+           if k in _KEEP or not (k.startswith(_SCRUB_PREFIXES) or k in _SESSION_NAMES or k in _SHELL_NAMES)}
+    if "PATH" in out:
+        out["PATH"] = site_path(env)
+    return out
+
+
+def site_path(env: Mapping[str, str]) -> str:
+    """The session's PATH without what the session added to it: the job's setup adds what the site's profile
+    names, once (a session's `.venv/bin`, added again by the job, appeared twice). Where the OOD app recorded
+    the PATH it started with (WORKSHOP_SITE_PATH), only those folders stay; elsewhere an activated
+    virtualenv's bin folder goes. A folder named twice stays once, in its first place."""
+    entries = env.get("PATH", "").split(os.pathsep)
+    if SITE_PATH in env:
+        site = set(env[SITE_PATH].split(os.pathsep))
+        entries = [e for e in entries if e in site]
+    if env.get("VIRTUAL_ENV"):
+        venv_bin = os.path.join(env["VIRTUAL_ENV"], "bin")
+        entries = [e for e in entries if os.path.normpath(e) != os.path.normpath(venv_bin)]
+    return os.pathsep.join(dict.fromkeys(e for e in entries if e))
 
 
 def run(cmd: list[str], cwd: str | None = None) -> str:
+    # found on the session's PATH (a site's setup may have put Slurm's client there), run with the site's
+    argv = [shutil.which(cmd[0]) or cmd[0], *cmd[1:]]
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env=scrubbed_env(), capture_output=True, text=True,
+        proc = subprocess.run(argv, cwd=cwd, env=scrubbed_env(), capture_output=True, text=True,
                               timeout=COMMAND_TIMEOUT, check=False)
     except FileNotFoundError:
         raise SlurmError(f"{cmd[0]} is not on PATH: this machine has no Slurm client. Use profile='local', "
@@ -181,7 +207,7 @@ class Poller:
                 out = run(["sacct", "-P", "-n", "-X", "-j", ",".join(ids),
                            "--format=JobIDRaw,State,ExitCode,Reason,NodeList,Start,ElapsedRaw"])
                 self._sacct_ok, self.trouble = True, ""
-                return self._parse(out, sacct=True)
+                return self._pending_reasons(self._parse(out, sacct=True))
             except SlurmError as e:
                 if "accounting storage is disabled" in str(e):
                     self._sacct_ok = False
@@ -197,6 +223,22 @@ class Poller:
             if i not in found and i in self._cache:
                 found[i] = (JobState.COMPLETED, "left the queue; accounting is off, so check the log",
                             None, self._cache[i][3])
+        return found
+
+    def _pending_reasons(self, found: dict[str, tuple[JobState, str, int | None, str]]
+                         ) -> dict[str, tuple[JobState, str, int | None, str]]:
+        """Accounting records a pending job's reason late or as "None" (it is written when the job starts):
+        the controller's (squeue's %r, "Resources", "Priority", ...) replaces it, in the same query slot."""
+        waiting = sorted(i for i, r in found.items() if r[0] is JobState.PENDING)
+        if not waiting:
+            return found
+        try:
+            out = run(["squeue", "--me", "-h", "-j", ",".join(waiting), "-o", "%i|%T|%r|%N"])
+        except SlurmError:
+            return found            # the state is still right; the reason waits for the next slot
+        for job_id, (state, reason, _, _) in self._parse(out, sacct=False).items():
+            if job_id in found and state is JobState.PENDING and reason:
+                found[job_id] = (found[job_id][0], reason, found[job_id][2], found[job_id][3])
         return found
 
     def _parse(self, out: str, sacct: bool) -> dict[str, tuple[JobState, str, int | None, str]]:

@@ -20,6 +20,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from workshop.slurm.log_line import failure_line, last_meaningful_line
+from workshop.slurm.pending import pending_words
 from workshop.slurm.records import JobRecord, JobState
 
 
@@ -63,14 +65,26 @@ def _fmt_elapsed(seconds: float | None) -> str:
     return f"{h:d}:{m:02d}:{s:02d}"
 
 
-def _last_line(job: "Job") -> str:
-    lines = [x for x in job.tail(5).splitlines() if x.strip()]
-    return lines[-1].strip()[:160] if lines else ""
+_FAILURES: dict[tuple[str, str], str] = {}     # (log, state) -> its failure line: a log no longer changes then
+
+
+def _last_line(job: "Job", state: JobState | None = None) -> str:
+    """The log's last line worth reading (workshop.slurm.log_line); a failed job's one-line reason."""
+    if state is not None and state.finished and state not in (JobState.COMPLETED, JobState.CHECKPOINTED):
+        key = (str(job.record.log_path), state.value)
+        if key not in _FAILURES:
+            error = getattr(job, "_error_line", lambda: "")()
+            _FAILURES[key] = failure_line(job.record.log_path, error)
+        if _FAILURES[key]:
+            return _FAILURES[key]
+    return last_meaningful_line(job.tail(60))
 
 
 def _state_words(job: "Job", state: JobState) -> str:
-    """The state, and who said it when that matters: the log ahead of Slurm, or why not yet."""
+    """The state, and who said it when that matters: the log ahead of Slurm; why it waits, in words."""
     said = " (by its log; Slurm to confirm)" if job.record.state_from == "log" and state.finished else ""
+    if state is JobState.PENDING and job.reason:
+        return f"{state.value}: {pending_words(job.reason)}"
     return f"{state.value}{said}" + (f" ({job.reason})" if job.reason else "")
 
 
@@ -87,7 +101,10 @@ def _widget_view(jobs: Mapping[str, "Job"]) -> View:
     import ipywidgets as w
     from IPython.display import display
     table = w.HTML()
-    display(table)
+    # the widget's own saved form would read "HTML(value='')": say what it was, the plain table follows
+    bundle = {**table._repr_mimebundle_(),
+              "text/plain": "(the live job display, an HTML widget; the job table below is its record)"}
+    display(bundle, raw=True)
     colours = {"COMPLETED": "#1a7f37", "RUNNING": "#0969da", "PENDING": "#6e7781", "CHECKPOINTED": "#9a6700"}
 
     def update(states: Mapping[str, JobState], note: str) -> None:
@@ -101,11 +118,23 @@ def _widget_view(jobs: Mapping[str, "Job"]) -> View:
             rows.append(f"<tr><td><b>{html.escape(str(name))}</b></td><td><code>{html.escape(job.job_id)}</code></td>"
                         f'<td style="color:{colour}"><b>{html.escape(_state_words(job, state))}</b></td>'
                         f"<td>{bar}</td><td>{_fmt_elapsed(job.elapsed())}</td>"
-                        f"<td><code>{html.escape(_last_line(job))}</code></td></tr>")
+                        f"<td><code>{html.escape(_last_line(job, state))}</code></td></tr>")
         foot = f'<p style="color:#9a6700">&#9888; {html.escape(note)}</p>' if note else ""
         table.value = ("<table><tr><th>run</th><th>job</th><th>state</th><th>steps</th><th>elapsed</th>"
                        f"<th>last log line</th></tr>{''.join(rows)}</table>{foot}")
     return update
+
+
+def _record(jobs: Mapping[str, "Job"], states: Mapping[str, JobState]) -> list[dict[str, str]]:
+    from workshop.slurm.job_table import rows
+    return rows(jobs, states, _state_words, _fmt_elapsed, _last_line)
+
+
+def _show_record(jobs: Mapping[str, "Job"], states: Mapping[str, JobState]) -> Any:
+    """When the watch ends: the jobs as plain output, which the saved notebook keeps (a widget's saved output
+    is empty). The widget stays above it: it goes on showing Slurm's confirmation as it comes."""
+    from workshop.slurm.job_table import display_table
+    return display_table(_record(jobs, states))
 
 
 def _text_view(jobs: Mapping[str, "Job"]) -> View:
@@ -152,14 +181,19 @@ def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: floa
         timed_out = timeout is not None and time.monotonic() - start >= timeout
         if timed_out or not all(s.finished for s in states.values()):
             if timed_out:
+                if widget:
+                    _show_record(jobs, states)   # still running: the widget goes on
                 return states
         else:
             # every job ended; those only their log has ended get Slurm's word when it comes: a widget
             # keeps updating while the next cells run, a terminal waits for it (one query slot at most)
             if all(job.record.settled for job in jobs.values()):
+                if widget:
+                    _show_record(jobs, states)
                 return states
             if widget:
-                threading.Thread(target=_confirm, args=(jobs, view, interval, POLLER.interval() * 6),
+                handle = _show_record(jobs, states)
+                threading.Thread(target=_confirm, args=(jobs, view, interval, POLLER.interval() * 6, handle),
                                  daemon=True).start()
                 return states
             confirm_until = confirm_until or time.monotonic() + POLLER.interval() + 2 * interval
@@ -170,15 +204,22 @@ def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: floa
         time.sleep(min(interval, STATE_CHECK_S))
 
 
-def _confirm(jobs: Mapping[str, "Job"], view: View, interval: float, seconds: float) -> None:
-    """Keep a widget updating until Slurm has confirmed every job (or `seconds` pass)."""
+def _confirm(jobs: Mapping[str, "Job"], view: View, interval: float, seconds: float, handle: Any = None) -> None:
+    """Keep a widget updating until Slurm has confirmed every job (or `seconds` pass), then the plain table
+    too (a papermill run updates it in place; a browser shows the widget's confirmation)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(interval)
         states = {name: job.state() for name, job in jobs.items()}
         view(states, trouble(jobs))
         if all(job.record.settled for job in jobs.values()):
-            return
+            break
+    if handle is not None:
+        from workshop.slurm.job_table import update_table
+        try:
+            update_table(handle, _record(jobs, {name: job.state() for name, job in jobs.items()}))
+        except Exception:      # the kernel is shutting down: the table keeps the logs' word
+            pass
 
 
 def wait(job: "Job", timeout: float | None = None, poll: float | None = None, quiet: bool = False) -> JobState:

@@ -1,0 +1,85 @@
+"""Notebook 05 under a session (issue 40, item 1): run to the end from inside a JupyterLab session started as
+Open OnDemand starts one, on the test cluster (profile ci).
+
+The app is rendered for ci (`workshop.course.ood.render_app`); the session is submitted with the rendered
+submit.yml's own sbatch options (a core and 2G of partition 'debug', the training nodes' partition) and runs
+the rendered script.sh: the site's setup, the course's exports, the course kernel. Its last line starts
+JupyterLab; here it executes notebook 05 instead (papermill, whose kernel then runs inside the session job as
+JupyterLab's would). Each of the test cluster's 2 nodes is one of the gate's 2 nodes, so the gate runs while
+the session holds a core of one of them: before ci's [bandwidth] exclusive = false it stayed PENDING
+(Resources) for as long as the session lived."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.slurm.conftest import TERMINAL_STATES
+from tests.test_ood import SAMPLE, erb_sample
+from workshop.course.ood import render_app
+
+pytestmark = pytest.mark.slurm
+ROOT = Path(__file__).resolve().parents[2]
+SESSION_S = 1500       # a bound on a hang only: the notebook takes a few minutes here
+
+
+def test_notebook_05_runs_to_the_end_inside_a_session_on_the_gates_nodes(cluster, tmp_path: Path) -> None:
+    where = cluster.shared / f"nb05-session-{os.getpid()}-{time.time_ns()}"
+    where.mkdir(mode=0o1777)
+    app = where / "app"
+    render_app("ci", app, course_dir=str(ROOT))
+    launched = {**SAMPLE, "partition": "debug", "context.course_dir.to_s.strip.shellescape": shlex.quote(str(ROOT)),
+                "session_minutes.to_i * 60": "1800", "reservation.to_s.strip": ""}
+    native = yaml.safe_load(erb_sample((app / "submit.yml.erb").read_text(), launched))["script"]["native"]
+    assert "--partition=debug" in native and not [x for x in native if x.startswith(("--gpus", "--gres"))]
+    script = erb_sample((app / "template" / "script.sh.erb").read_text(), launched)
+    jupyter = [line for line in script.splitlines() if line.startswith("exec jupyter lab ")]
+    assert len(jupyter) == 1, script
+    out = where / "results"
+    script = script.replace(jupyter[0], f"exec python -m workshop.course --profile ci --only 05 --output {out}")
+    (where / "session.sh").write_text(script)
+    home = where / "home"
+    home.mkdir()
+    # what OOD's batch job starts with (it submits with --export=NONE): the site's PATH, the user's HOME; and
+    # where this checkout is (PYTHONPATH) and which cluster (SLURM_CONF), as /etc would say on a site
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": str(home), "USER": "root",
+           "LANG": "C.UTF-8", "PYTHONPATH": str(ROOT), "SLURM_CONF": cluster.env["SLURM_CONF"],
+           "WORKSHOP_SLURM_MIN_POLL_S": "2"}
+    sbatch = [shutil.which("sbatch", path=cluster.env["PATH"]) or "sbatch", "--parsable", "--job-name=fsdp-workshop-jupyterlab", "--time=30", *native,
+              f"--output={where}/session-%j.out", f"--chdir={where}", "--export=ALL", str(where / "session.sh")]
+    proc = subprocess.run(sbatch, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    session_id = proc.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + SESSION_S
+    while not (record := cluster.job_record(session_id)).get("State", "").startswith(TERMINAL_STATES):
+        assert time.monotonic() < deadline, f"the session {session_id} did not end in {SESSION_S} s: {record}"
+        time.sleep(3)
+    log = next(where.glob("session-*.out")).read_text(errors="replace")
+    print(log[-6000:])
+    assert record.get("State") == "COMPLETED", (record, log[-4000:])
+
+    notebook = out / "05_multi_node" / "05_multi_node.ipynb"
+    assert notebook.is_file(), log[-4000:]
+    nb = json.loads(notebook.read_text())
+    errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors, errors[:1]
+    # the gate ran across both nodes while the session held a core of one of them
+    gates = [json.loads(p.read_text()) for p in (out / "05_multi_node" / "jobs").glob("bandwidth-*/job.json")]
+    assert gates and all(g["state"] == "COMPLETED" for g in gates), gates
+    fields = "JobID,State,Start,End,NodeList"
+    session = cluster.job_record(session_id, fields)
+    for gate in gates:
+        rec = cluster.job_record(gate["job_id"], fields)
+        assert session["NodeList"] in cluster.run("scontrol", "show", "hostnames", rec["NodeList"]).stdout.split()
+        start, end = datetime.fromisoformat(rec["Start"]), datetime.fromisoformat(rec["End"])
+        assert datetime.fromisoformat(session["Start"]) <= start and end <= datetime.fromisoformat(session["End"])
+        assert "#SBATCH --exclusive" not in (Path(gate["job_dir"]) / "job.sh").read_text()
