@@ -554,8 +554,9 @@ STRATEGIES = ("printed", "formulas", "helpers", "challenge", "together")
 
 
 def _append(nb: nbformat.NotebookNode, answers: dict[str, str]) -> None:
-    """Each source added to its cell after the answers, before the cell's closing display (which calls the
-    functions the student left unwritten, and would stop the cell first)."""
+    """Each source added to its cell right after the student's part (the last function the cell defines, or
+    the filler at top level), before what the cell then computes with those functions: a call of a function
+    left unwritten would stop the cell first."""
     import ast
 
     ids = {cell.get("metadata", {}).get("nbgrader", {}).get("grade_id"): cell for cell in nb.cells}
@@ -564,7 +565,9 @@ def _append(nb: nbformat.NotebookNode, answers: dict[str, str]) -> None:
             continue
         lines = ids[grade_id].source.rstrip("\n").split("\n")
         body = ast.parse("\n".join(lines)).body
-        cut = body[-1].lineno - 1 if body and isinstance(body[-1], ast.Expr) else len(lines)
+        ends = [node.end_lineno for node in body if isinstance(node, ast.FunctionDef)
+                or (isinstance(node, ast.For) and "_name" in ast.unparse(node.target))]   # the lazy filler's loop
+        cut = max(ends) if ends else len(lines)
         ids[grade_id].source = "\n".join(lines[:cut] + source.strip("\n").split("\n") + lines[cut:])
 
 
