@@ -182,7 +182,9 @@ def test_each_copying_strategy_and_all_of_them_together_earn_at_most_a_quarter(
     `workshop` named like a graded answer, or searches notebook 03's challenge with the memory model, or reads
     what the notebook prints (tests/copying_student.py), or does all of these at once: at most 25 % of the
     autograded points in the verified score; in nbgrader's score too, except where the review names the
-    reference-only code it called and withholds its points."""
+    reference-only code it called and withholds its points. (The lazy filler's `globals()` is flagged too, so a
+    filler-based copier's verified score is small anyway: nbgrader's score is the bound that tells; what the
+    helpers earn unflagged is held by "together", which calls only helpers the scan does not flag.)"""
     student = "copier" if strategy == "printed" else f"copier_{strategy}"
     ran_or_skip(graded, student, name)
     course, rows, cells = graded
