@@ -62,6 +62,9 @@ def fill_like_a_lazy_student(nb: nbformat.NotebookNode) -> int:
     for cell in nb.cells:
         meta = cell.get("metadata", {}).get("nbgrader", {})
         if cell.cell_type == "code" and meta.get("solution") and STUB in cell.source:
-            cell.source = cell.source.replace(STUB, FILLER.strip())
+            # a stub inside a function body stays (the function is left unwritten): the filler there would
+            # be a syntax error that stops the whole cell, the student's other answers with it
+            lines = cell.source.split("\n")
+            cell.source = "\n".join(FILLER.strip() if line == STUB else line for line in lines)
             filled += 1
     return filled

