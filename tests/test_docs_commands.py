@@ -4,7 +4,7 @@ with .venv linked there when the line calls .venv/bin/...). Where a run must be 
 from the seed repo's environment variables (TRAIN_SIZE, EVAL_SIZE), never from an edited command.
 
 Where the others are run: tests/test_fsdp_exercises.py (README's torchrun line), tests/test_budget.py
-(the class budget's two lines), tests/test_challenge.py (the guide's challenge sweep),
+(the class budget's two lines), tests/test_schedule.py (the guide's `workshop budget` line of "The day"), tests/test_challenge.py (the guide's challenge sweep),
 tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
 (the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`),
 tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile),

@@ -65,6 +65,7 @@ class Partition:
     mem_per_node: str = ""      # memory a job may ask for on one node (`scontrol show node`: RealMemory
                                 # less the site's reserve); every request must fit it
     max_time: str = ""          # the partition's MaxTime (`sinfo -o "%P %l"`); every time limit must fit it
+    nodes: int = 0              # nodes in the partition, shared by the class (`sinfo -h -p NAME -o %D`); 0 = unknown
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Profile:
     watch_kernels: int = 0                        # [slurm.watch] kernels: notebook kernels watching jobs at once
     watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
     instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
+    agenda: Mapping[str, int] = field(default_factory=dict)   # [agenda]: minutes of the day per notebook (the schedule)
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -208,9 +210,14 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                       mem_per_proc=_take(raw, "mem_per_proc", str, "", source, where),
                       max_nodes=_take(raw, "max_nodes", int, 0, source, where),
                       mem_per_node=_take(raw, "mem_per_node", str, "", source, where),
-                      max_time=_take(raw, "max_time", str, "", source, where))
+                      max_time=_take(raw, "max_time", str, "", source, where),
+                      nodes=_take(raw, "nodes", int, 0, source, where))
         _no_leftovers(raw, source, where, "name, gpus_per_node, gpu_type, gpu_name, cpus_per_proc, "
-                      "mem_per_proc, max_nodes, mem_per_node, max_time")
+                      "mem_per_proc, max_nodes, mem_per_node, max_time, nodes")
+        if p.nodes < 0 or (p.nodes and p.max_nodes > p.nodes):
+            raise ProfileError(source, where + "nodes", f"nodes = {p.nodes}, max_nodes = {p.max_nodes}: a job cannot "
+                               "have more nodes than the partition", "write the partition's node count "
+                               f"(`sinfo -h -p {p.name or '<partition>'} -o %D`), at least max_nodes")
         _check_partition_fits(p, source, where)
         if p.mem_per_proc and not _MEM.match(p.mem_per_proc):
             raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc!r} is not a size",
@@ -320,13 +327,26 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            'write e.g. instructor_steps = ["strategies"]')
     kw["instructor_steps"] = tuple(steps_run)
     _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
+    kw["agenda"] = _parse_agenda(dict(_take(data, "agenda", dict, {}, source, "")), source)
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
     kw["run_steps"] = {step: _coerce_run(dict(v), source, f"run.{step}.") for step, v in run_steps.items()}
     _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [nccl], [ood], [bandwidth], "
-                  "[course], [run]")
+                  "[course], [agenda], [run]")
     return Profile(**kw)
+
+
+def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
+    """[agenda]: the minutes the day gives each notebook (`01_baseline = 45`); the schedule
+    (workshop.course.schedule) warns when the class's jobs of a notebook take longer than its slot."""
+    out = {}
+    for key, value in agenda.items():
+        if not re.fullmatch(r"\d\d_\w+", key) or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ProfileError(source, f"agenda.{key}", f"{value!r} is not a notebook's minutes",
+                               "write the notebook's name and its slot in whole minutes, e.g. 03_sharding_strategies = 60")
+        out[key] = value
+    return out
 
 
 def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:
