@@ -98,6 +98,9 @@ class Profile:
     instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
     nccl: Mapping[str, str] = field(default_factory=dict)   # [nccl]: NCCL_* and network-plugin variables, rendered
     nccl_plugin_path: str = ""                    # [nccl] plugin_path: the plugin's folder, first on LD_LIBRARY_PATH
+    # [nccl.partitions.<key>]: a partition's own fabric (V100 and A100 nodes on different networks), field by field
+    # over [nccl]: {key: {"nccl": {...}, "nccl_plugin_path": "..."}}
+    nccl_partitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     session_partition: str = ""                   # [ood] partition: key of the CPU partition JupyterLab sessions use
     session_cpus: int = 2                         # [ood] cpus: a notebook kernel's cores
     session_mem: str = "4G"                       # [ood] mem: a notebook kernel's memory
@@ -114,6 +117,11 @@ class Profile:
         """The partition a step runs on (`[slurm.steps.<step>] partition`, else the default)."""
         key = self.step_slurm.get(step, {}).get("partition", self.partition)
         return self.partitions[key]
+
+    def nccl_for(self, partition_key: str | None = None) -> tuple[dict[str, str], str]:
+        """The NCCL variables and plugin folder of jobs on a partition: [nccl], then its [nccl.partitions.<key>]."""
+        own = self.nccl_partitions.get(partition_key or "", {})
+        return {**self.nccl, **own.get("nccl", {})}, own.get("nccl_plugin_path") or self.nccl_plugin_path
 
     def time_for(self, step: str) -> str:
         return self.step_slurm.get(step, {}).get("time", self.time)
@@ -315,7 +323,15 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["bandwidth_max_bytes"] = _take(bw, "max_bytes", str, "", source, "bandwidth.")
     _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes")
 
-    kw.update(_parse_nccl(dict(_take(data, "nccl", dict, {}, source, "")), source))
+    nccl = dict(_take(data, "nccl", dict, {}, source, ""))
+    per_partition = dict(_take(nccl, "partitions", dict, {}, source, "nccl."))
+    kw.update(_parse_nccl(nccl, source))
+    kw["nccl_partitions"] = {}
+    for key, raw in per_partition.items():
+        if key not in partitions or not isinstance(raw, dict):
+            raise ProfileError(source, f"nccl.partitions.{key}", "is not a table of a [slurm.partitions.*] key",
+                               f"name one of {', '.join(partitions)}: [nccl.partitions.<key>] with socket_ifname, ib_hca, ...")
+        kw["nccl_partitions"][key] = _parse_nccl(dict(raw), source, f"nccl.partitions.{key}.")
     kw.update(_parse_ood(dict(_take(data, "ood", dict, {}, source, "")), partitions, source))
 
     course = dict(_take(data, "course", dict, {}, source, ""))
@@ -349,13 +365,13 @@ def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
     return out
 
 
-def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:
+def _parse_nccl(nccl: dict[str, Any], source: str, where: str = "nccl.") -> dict[str, Any]:
     """[nccl]: the site's fabric for NCCL, rendered into every training and bandwidth script.
 
     socket_ifname -> NCCL_SOCKET_IFNAME (bootstrap and socket transport), ib_hca -> NCCL_IB_HCA,
     net_plugin -> NCCL_NET_PLUGIN, plugin_path (the plugin's libnccl-net*.so) first on LD_LIBRARY_PATH,
-    variables: any other NCCL_* or plugin variable (FI_*, OFI_NCCL_*, UCX_*, SHARP_COLL_*)."""
-    where = "nccl."
+    variables: any other NCCL_* or plugin variable (FI_*, OFI_NCCL_*, UCX_*, SHARP_COLL_*). `where` names the
+    table in errors ([nccl], or a partition's [nccl.partitions.<key>])."""
     out: dict[str, str] = {}
     for key, var in (("socket_ifname", "NCCL_SOCKET_IFNAME"), ("ib_hca", "NCCL_IB_HCA")):
         value = _take(nccl, key, str, "", source, where)
@@ -379,13 +395,13 @@ def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:
     _no_leftovers(nccl, source, where, "socket_ifname, ib_hca, net_plugin, plugin_path, variables")
     for k, v in variables.items():
         if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) or not k.startswith(NCCL_PREFIXES):
-            raise ProfileError(source, f"nccl.variables.{k}", f"is not a variable of NCCL or of a network plugin "
+            raise ProfileError(source, f"{where}variables.{k}", f"is not a variable of NCCL or of a network plugin "
                                f"({', '.join(p + '*' for p in NCCL_PREFIXES)})",
                                "put other variables in [env.variables]")
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise ProfileError(source, f"nccl.variables.{k}", "must be NAME = \"value\"", f'write {k} = "..."')
+            raise ProfileError(source, f"{where}variables.{k}", "must be NAME = \"value\"", f'write {k} = "..."')
         if k in out:
-            raise ProfileError(source, f"nccl.variables.{k}", "is set by a field of [nccl] already",
+            raise ProfileError(source, f"{where}variables.{k}", "is set by a field of its table already",
                                "set it once, in its field (socket_ifname, ib_hca or net_plugin)")
         out[k] = str(v)
     return {"nccl": out, "nccl_plugin_path": plugin_path}
