@@ -3,6 +3,7 @@
     python -m workshop.course.budget --profile example-hpc --students 20            # the table of docs/instructor.md
     python -m workshop.course.budget --profile <site> --instructor-run               # submit the costly jobs once
     workshop budget --profile <site> --students N                                   # the same, and the day's schedule
+                                                                                    # (workshop.course.schedule)
 
 Figures are *requested allocation*: GPUs x the step's time limit, as sbatch reserves them. A job
 that ends early gives the rest back, so real use is lower; no GPU run has measured it yet. "Fewest
@@ -249,8 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reruns", type=float, default=RERUN_ALLOWANCE,
                     help=f"share of the students' jobs run again, planned for (default {RERUN_ALLOWANCE})")
     ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
-    ap.add_argument("--no-backfill", action="store_true",
-                    help="schedule the day as a strict FIFO queue (default: Slurm's backfill)")
     args = ap.parse_args(argv)
     try:
         profile = load_profile(args.profile)
@@ -261,24 +260,12 @@ def main(argv: list[str] | None = None) -> int:
     except (ProfileError, ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from workshop.course import schedule
-
-    try:
-        day = schedule.plan_day(profile, args.students, backfill=not args.no_backfill)
-    except (ProfileError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     print(markdown(profile, args.students, args.reruns))
     per_student = sum(c.gpu_hours for c in costs(profile))
     print(f"\nrequested allocation (GPUs x time limit), not measured use; {math.ceil(per_student)} GPU-h per student"
           f" before reruns\n")
     print(disk_markdown(profile, args.students))
     print("\ncomputed from the model's shapes, not measured on a GPU")
-    print(f"\nThe day, a class of {args.students} ([agenda] slots; `workshop.course.schedule`):\n")
-    print(schedule.markdown(day, profile))
-    print(f"\n{schedule.describe(day)}")
-    for line in day.notes + day.warnings(profile):
-        print(line)
     return 0
 
 

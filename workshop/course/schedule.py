@@ -26,11 +26,12 @@ course has measured them.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -399,3 +400,43 @@ def describe(day: Day) -> str:
            "no GPU result under benchmarks/results/)")
     return (f"durations {how}; {'backfill' if day.backfill else 'strict FIFO'}; every student starts each notebook "
             "at once; instructor-run: the costly jobs were run before the class")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`workshop budget`: the budget's tables (workshop.course.budget), then the day's schedule and its warnings."""
+    from workshop.course import budget
+    from workshop.training.config import ConfigError
+
+    ap = argparse.ArgumentParser(prog="workshop budget", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default=None, help="site profile (name or .toml path)")
+    ap.add_argument("--students", type=int, default=20)
+    ap.add_argument("--reruns", type=float, default=budget.RERUN_ALLOWANCE,
+                    help=f"share of the students' jobs run again, planned for (default {budget.RERUN_ALLOWANCE})")
+    ap.add_argument("--no-backfill", action="store_true",
+                    help="schedule the day as a strict FIFO queue (default: Slurm's backfill)")
+    ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
+    args = ap.parse_args(argv)
+    rest = ["--students", str(args.students), "--reruns", str(args.reruns)] + (["--profile", args.profile] if args.profile else [])
+    if args.instructor_run:
+        return budget.main(rest + ["--instructor-run"])
+    from workshop.slurm.profiles import load_profile
+
+    try:
+        profile = load_profile(args.profile)
+        day = plan_day(profile, args.students, backfill=not args.no_backfill)
+    except (ProfileError, ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    code = budget.main(rest)
+    if code:
+        return code
+    print(f"\nThe day, a class of {args.students} ([agenda] slots; `workshop.course.schedule`):\n")
+    print(markdown(day, profile))
+    print(f"\n{describe(day)}")
+    for line in day.notes + day.warnings(profile):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
