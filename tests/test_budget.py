@@ -43,30 +43,30 @@ def test_the_budget_has_the_sweep_the_dry_run_and_reruns() -> None:
 
 
 def test_a_site_can_hand_notebook_03s_jobs_to_the_instructor(tmp_path: Path) -> None:
-    """instructor_steps = ["strategies"]: 03's five strategy runs are run once; each student's challenge job is
-    one of the sweep's (its own row), so 03 costs the class the five runs, once."""
-    site = tmp_path / "site.toml"
-    site.write_text((PROFILES_DIR / "example-hpc.toml").read_text().replace(
-        'instructor_jobs = ""', f'instructor_jobs = "{tmp_path / "shared"}"').replace(
-        "instructor_steps = []", 'instructor_steps = ["strategies"]'))
-    rows = {r["notebook"]: r for r in budget_rows(load_profile(site), 20)}
+    """instructor_steps = ["strategies"] (the example site ships it: its day fits only so, tests/test_schedule.py):
+    03's five strategy runs are run once; each student's challenge job is one of the sweep's (its own row), so
+    03 costs the class the five runs, once. Without the step, every student's six 4-GPU jobs stay theirs."""
+    assert SITE.instructor_steps == ("strategies",)
+    rows = {r["notebook"]: r for r in budget_rows(SITE, 20)}
     assert rows["03_sharding_strategies"]["gpu_h_class"] == pytest.approx(160.0)
     assert rows["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(5 * 4 / 3)
-    plain = {r["notebook"]: r for r in budget_rows(SITE, 20)}
+    site = tmp_path / "site.toml"
+    site.write_text((PROFILES_DIR / "example-hpc.toml").read_text().replace(
+        'instructor_steps = ["strategies"]', "instructor_steps = []"))
+    plain = {r["notebook"]: r for r in budget_rows(load_profile(site), 20)}
     assert plain["03_sharding_strategies"]["gpu_h_class_instructor_run"] == pytest.approx(160.0)
     bad = tmp_path / "bad.toml"
-    bad.write_text(site.read_text().replace('["strategies"]', '["strategy"]'))
+    bad.write_text(site.read_text().replace("instructor_steps = []", 'instructor_steps = ["strategy"]'))
     with pytest.raises(ProfileError, match="instructor_steps"):
         budget_rows(load_profile(bad), 20)
 
 
-def test_disk_per_student_and_class_is_notebook_05s_checkpoint_and_merge() -> None:
+def test_disk_per_student_and_class_is_notebook_05s_checkpoint() -> None:
     """BLOOM-560M: 559,214,592 parameters; the checkpoint keeps fp32 weights and AdamW's two states (12 bytes a
-    parameter: 6.7 GB), the merged file repeats the tied embedding as lm_head (3.3 GB)."""
-    kept, merged = disk_rows(SITE, 20)
+    parameter: 6.7 GB). Notebook 05 reads the checkpoint's index and merges nothing: no merged file is written."""
+    (kept,) = disk_rows(SITE, 20)
     assert kept["per_student"] == 559_214_592 * 12 and kept["class"] == 20 * kept["per_student"]
     assert kept["class_instructor_run"] == kept["per_student"]          # 05's 2-node job is the instructor's, once
-    assert merged["per_student"] == (559_214_592 + 250_880 * 1024) * 4
 
 
 def test_gpu_hours_are_gpus_times_the_time_limit() -> None:
@@ -213,17 +213,18 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
     """The table docs/instructor.md states, from the example profile's own numbers and not from the code that
     prints it: each job's GPUs x its step's time limit (20 min; bandwidth 5 min), 20 students.
       01: 1 job x 1 GPU x 1/3 h = 0.33                      02: 4 jobs x 1 GPU x 1/3 h = 1.33
-      03: 6 jobs x 4 GPUs (procs_per_node 4) x 1/3 h = 8.00
+      03: 6 jobs x 4 GPUs (procs_per_node 4) x 1/3 h = 8.00; instructor_steps = ["strategies"]: the five strategy
+          runs once, 5 x 4/3 = 6.7, the challenge job one of the sweep's (its own row)
       04: 1, 2, 4 and 8 GPUs x 1/3 h = 5.00; the 8-GPU run (instructor_min_gpus 8) once: 7/3 x 20 + 8/3 = 49.3
       05: bandwidth gate 16 GPUs x 1/12 h = 1.33, failed rendezvous 2 x 1/3, 1 node x 2 2/3, 2 nodes x 1 2/3,
           2 x 2 full_shard 4/3, 2 x 2 hybrid 4/3: 6.00; all but 1 node x 2 (2/3) are 2-node, run once:
           2/3 x 20 + 16/3 = 18.7
-      a student's own jobs in instructor-run mode: 1/3 + 4/3 + 8 + 7/3 + 2/3 = 38/3 GPU-h
-      reruns, 25 %: 0.25 x 62/3 = 5.17 per student, x 20 = 103.3; instructor-run 0.25 x 38/3 x 20 = 63.3
+      a student's own jobs in instructor-run mode: 1/3 + 4/3 + 0 + 7/3 + 2/3 = 14/3 GPU-h
+      reruns, 25 %: 0.25 x 62/3 = 5.17 per student, x 20 = 103.3; instructor-run 0.25 x 14/3 x 20 = 23.3
       the challenge sweep: 3 strategies' variants (ddp; full_shard and shard_grad_op with and without offload)
           x checkpointing or not x 4 micro-batches (1, 2, 4, 8 of 8 per GPU) = 40 jobs x 4 GPUs x 1/3 h = 53.3
-      the dry run: one student's 21 jobs, 62/3 = 20.7; instructor-run 38/3 = 12.7"""
-    guide = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
+      the dry run: one student's 21 jobs, 62/3 = 20.7; instructor-run 14/3 = 4.7"""
+    guide = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1].split("## The day", 1)[0]
     rows = {cells[0].strip("* "): [c.strip() for c in cells[1:]]
             for line in guide.splitlines() if line.startswith("| ") and not line.startswith("| notebook")
             for cells in [line.strip("|").split("|")] if cells[0].strip()}
@@ -231,14 +232,14 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
     # fall inside it): 01/02 500 steps - 10; 03/05 125 at 4 GPUs - 10; 04's 8-GPU run 63 - 6
     by_hand = {"01_baseline": (1, 1, 490, 1 / 3, 20 / 3, 20 / 3),
                "02_fsdp_single_gpu": (4, 1, 490, 4 / 3, 80 / 3, 80 / 3),
-               "03_sharding_strategies": (6, 4, 115, 8.0, 160.0, 160.0),
+               "03_sharding_strategies": (6, 4, 115, 8.0, 160.0, 5 * 4 / 3),
                "04_multi_gpu": (4, 8, 57, 5.0, 100.0, 7 / 3 * 20 + 8 / 3),
                "05_multi_node": (6, 16, 115, 6.0, 120.0, 2 / 3 * 20 + 16 / 3)}
     for notebook, (jobs, largest, counted, each, cls, instructor) in by_hand.items():
         assert rows[notebook] == [str(jobs), str(largest), str(counted), f"{each:.2f}", f"{cls:.1f}",
                                   f"{instructor:.1f}"], notebook
     total = [sum(v[i] for v in by_hand.values()) for i in range(6)]
-    own = 1 / 3 + 4 / 3 + 8 + 7 / 3 + 2 / 3
+    own = 1 / 3 + 4 / 3 + 0 + 7 / 3 + 2 / 3
     reruns = next(cells for name, cells in rows.items() if name.startswith("reruns: 25%"))
     assert reruns == ["", "", "", f"{0.25 * total[3]:.2f}", f"{0.25 * total[4]:.1f}", f"{0.25 * own * 20:.1f}"]
     sweep = next(cells for name, cells in rows.items() if name.startswith("03's challenge sweep"))

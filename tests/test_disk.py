@@ -1,5 +1,5 @@
 """Disk: no student's folder holds a model checkpoint or merged weights. Jobs checkpoint into the site's scratch
-folder (the profile's `[env] scratch`), notebook 05 merges its checkpoint there and removes the merge, and
+folder (the profile's `[env] scratch`), notebook 05 reads its checkpoint's index there (no merge), and
 nbgrader's collection and autograde copy no checkpoint a job folder might still hold."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def weights_in(folder: Path) -> list[Path]:
 def test_an_executed_course_leaves_no_weights_beside_its_notebooks(course_run: Path) -> None:
     """Every notebook's folder after the course run (the papermill run of the solutions, jobs included): no
     checkpoint, no merged weights, and its largest file is an executed notebook's or a plot's size. Notebook 05
-    still merged its job's checkpoint, which sits in the local profile's scratch folder."""
+    read its job's checkpoint, which sits in the local profile's scratch folder, from its index."""
     import nbformat
 
     from workshop.slurm.jobs import Job
@@ -45,8 +45,8 @@ def test_an_executed_course_leaves_no_weights_beside_its_notebooks(course_run: P
     five = course_run / "05_multi_node"
     if five.is_dir():
         nb = nbformat.read(five / "05_multi_node.ipynb", as_version=4)
-        merge = next(c for c in nb.cells if c.id == "nb05-checkpoint-run")
-        assert "merged into one full state dict" in "".join(o.get("text", "") for o in merge.outputs)
+        read = next(c for c in nb.cells if c.id == "nb05-checkpoint-run")
+        assert "read from the checkpoint's index, no weight loaded" in "".join(o.get("text", "") for o in read.outputs)
         saving = [Job.load(p.parent) for p in (five / "jobs").glob("multi_node-*/job.json")
                   if '"checkpoint_at_end": true' in (p.parent / "config.json").read_text()]
         assert len(saving) == 1

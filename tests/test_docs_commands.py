@@ -4,7 +4,7 @@ with .venv linked there when the line calls .venv/bin/...). Where a run must be 
 from the seed repo's environment variables (TRAIN_SIZE, EVAL_SIZE), never from an edited command.
 
 Where the others are run: tests/test_fsdp_exercises.py (README's torchrun line), tests/test_budget.py
-(the class budget's two lines), tests/test_challenge.py (the guide's challenge sweep),
+(the class budget's two lines), tests/test_schedule.py (the guide's `workshop budget` line of "The day"), tests/test_challenge.py (the guide's challenge sweep),
 tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
 (the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`),
 tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile),
@@ -220,3 +220,16 @@ def test_notebook_05s_merge_weights_gives_the_trained_model_to_from_pretrained(t
             total += float(loaded(**batch).loss) * n
             tokens += n
     assert total / tokens == pytest.approx(summary["final_eval_loss"], rel=1e-5)
+
+
+def test_the_example_site_activates_the_environment_the_guide_builds() -> None:
+    """The guide creates the class's environment by prefix (`conda env create -p <env>`, <env> e.g.
+    /shared/fsdp-workshop/bloom_env) and says the profile's setup activates `<env>`: the example site's setup
+    activates that prefix, not an environment by name that no user's conda has."""
+    from workshop.slurm.profiles import load_profile
+
+    guide = (ROOT / "docs" / "instructor.md").read_text()
+    example = re.search(r"\(`<env>`, e\.g\. `([^`]+)`\)", guide).group(1)
+    assert "conda env create -p <env> -f bloom_env.yml" in fenced(ROOT / "docs" / "instructor.md", "2. **One environment")
+    setup = load_profile("example-hpc").setup
+    assert [ln for ln in setup if ln.startswith("conda activate")] == [f"conda activate {example}"]

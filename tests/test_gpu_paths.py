@@ -17,7 +17,7 @@ import torch
 from tests.runs import RunCache
 from workshop.results import comm
 from workshop.slurm.jobs import prepare
-from workshop.slurm.profiles import available, load_profile, time_seconds
+from workshop.slurm.profiles import PROFILES_DIR, available, load_profile, time_seconds
 from workshop.slurm.render import collective_timeout_for
 from workshop.slurm.steps import STEPS, step_config
 from workshop.training.config import ConfigError, RunConfig
@@ -52,6 +52,15 @@ def test_a_two_rank_offload_run_clips_its_gradients(runs: RunCache) -> None:
     assert len(norms) == s["steps"] and all(n > 1.0 for n in norms)
 
 
+def example_site_run_by_students(tmp_path: Path) -> Path:
+    """The example site with instructor-run mode off: every job is the student's own, so each renders (with the
+    mode on, a costly job is read from the instructor's folder and a student's render of it stops until it is there)."""
+    site = tmp_path / "example-hpc.toml"
+    site.write_text((PROFILES_DIR / "example-hpc.toml").read_text().replace(
+        'instructor_jobs = "/shared/fsdp-workshop/instructor-jobs"', 'instructor_jobs = ""'))
+    return site
+
+
 def test_the_collective_timeout_comes_from_the_job_and_is_shorter_than_its_limit(tmp_path: Path) -> None:
     cfg = RunConfig()
     assert collective_timeout_s(cfg, {}) == 1800                                 # torch's own, outside a job
@@ -65,17 +74,18 @@ def test_the_collective_timeout_comes_from_the_job_and_is_shorter_than_its_limit
             timeout = collective_timeout_for(limit)
             assert 60 <= timeout < limit / 2, (name, step, limit, timeout)
     assert collective_timeout_for(20 * 60) == 300                                 # the example site's 20 minutes
-    script = prepare("strategies", profile="example-hpc", jobs_dir=tmp_path).script
+    site = example_site_run_by_students(tmp_path)
+    script = prepare("strategies", profile=site, jobs_dir=tmp_path).script
     assert "export WORKSHOP_COLLECTIVE_TIMEOUT_S=300\n" in script
     with pytest.raises(ConfigError, match="collective_timeout_s.*time limit"):
-        prepare("strategies", profile="example-hpc", jobs_dir=tmp_path, overrides={"collective_timeout_s": 1200})
+        prepare("strategies", profile=site, jobs_dir=tmp_path, overrides={"collective_timeout_s": 1200})
 
 
 def test_bf16_on_a_v100_partition_stops_before_sbatch_and_names_the_fix(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"config field 'precision': bf16, but partition 'gpu_v100' has Tesla V100.*"
                                           r"Fix: use precision=fp16"):
         prepare("baseline", profile="example-hpc", jobs_dir=tmp_path, overrides={"precision": "bf16"})
-    site = load_profile("example-hpc")
+    site = load_profile(example_site_run_by_students(tmp_path))
     for step in STEPS:                                   # the site's own choices all pass
         prepare(step, profile=site, jobs_dir=tmp_path)
     assert prepare("multi_gpu", profile=site, jobs_dir=tmp_path).cfg.precision == "bf16"    # A100: bf16

@@ -156,7 +156,7 @@ def test_the_scripts_carry_the_sites_environment(app: Path) -> None:
     assert 'exec jupyter lab --config="${CONFIG_FILE}" --ServerApp.root_dir="${COURSE_DIR}"' in script
     assert 'cd "${COURSE_DIR}"' in script
     assert 'python -m workshop.course.kernel --profile "${WORKSHOP_PROFILE}"' in script
-    for line in ("module load anaconda3", "conda activate bloom_env", "export WORKSHOP_PROFILE=example-hpc",
+    for line in ("module load anaconda3", "conda activate /shared/fsdp-workshop/bloom_env", "export WORKSHOP_PROFILE=example-hpc",
                  "export HF_HOME=/shared/fsdp-workshop/hf_home", "export HF_HUB_OFFLINE=1", "export WANDB_MODE=offline"):
         assert line in script.splitlines()
     before = (app / "template/before.sh.erb").read_text()

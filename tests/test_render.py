@@ -105,7 +105,7 @@ def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_
     assert "--cpus-per-task=64" in text
     assert "--mem=480G" in text
     assert "--reservation" not in text and "--constraint" not in text   # empty in the profile: left out
-    assert "module load anaconda3" in script and "conda activate bloom_env" in script
+    assert "module load anaconda3" in script and "conda activate /shared/fsdp-workshop/bloom_env" in script
     assert "export HF_HOME=/shared/fsdp-workshop/hf_home" in script
     assert "export WANDB_MODE=offline" in script
     baseline = rendered("baseline", "example-hpc", tmp_path)

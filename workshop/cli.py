@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "estimate": ("workshop.results.memory:main", "predict peak memory per GPU for a config"),
     "bench": ("workshop.results.bench:main", "benchmark the course configurations on one GPU"),
     "verify": ("workshop.results.verify:main", "check submitted job logs against Slurm accounting and their digests"),
+    "budget": ("workshop.course.schedule:main", "instructor: the class's GPU-hours, disk, and the day's schedule per notebook"),
     "class": ("workshop.course.classview:main", "instructor: every student's jobs per step, states and failures, from sacct"),
     "preflight": ("workshop.course.preflight:main", "admin: check a site profile on its cluster (partitions, account, a job per GPU partition)"),
     "prefetch": ("workshop.course.prefetch:main", "admin: fill the shared cache with the model and SQuAD, prove an offline read-only load"),

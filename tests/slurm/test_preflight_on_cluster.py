@@ -54,6 +54,8 @@ def test_the_guides_preflight_runs_end_to_end_on_the_test_cluster(cluster, here:
         assert status == "no GPU" and "no GPU on this partition" in text, (check, text)
     assert table["debug: offline load: model"][0] == "ok" and table["debug: offline load: dataset"][0] == "ok"
     assert table["debug: disk jobs"][0] == "ok" and table["debug: disk jobs"][1].startswith(f"{here / 'preflight-jobs'}: ")
+    status, text = table["debug: 2 nodes"]         # the 2-node job: one rank on each node, gloo, the course's rendezvous
+    assert status == "ok" and re.fullmatch(r"job \d+: 2 ranks on n1, n2, bus bandwidth [\d.]+ GB/s at 8 MB", text), text
     assert "nothing to fix" in proc.stdout
 
 

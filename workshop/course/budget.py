@@ -2,6 +2,8 @@
 
     python -m workshop.course.budget --profile example-hpc --students 20            # the table of docs/instructor.md
     python -m workshop.course.budget --profile <site> --instructor-run               # submit the costly jobs once
+    workshop budget --profile <site> --students N                                   # the same, and the day's schedule
+                                                                                    # (workshop.course.schedule)
 
 Figures are *requested allocation*: GPUs x the step's time limit, as sbatch reserves them. A job
 that ends early gives the rest back, so real use is lower; no GPU run has measured it yet. "Fewest
@@ -194,12 +196,13 @@ ADAMW_STATES = 2          # exp_avg and exp_avg_sq, fp32 like the sharded master
 def disk_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
     """Bytes the course writes to the site's scratch folder (the profile's `[env] scratch`; none goes into a
     student's folder, tests/test_disk.py checks): each checkpoint a notebook's job saves (fp32 weights and
-    AdamW's two states, over all shards) and notebook 05's merged full state dict, which its cell writes,
-    reads and removes. Computed from the model's shapes (workshop.results.memory), not measured on a GPU."""
+    AdamW's two states, over all shards). Notebook 05 reads its checkpoint's index only and merges nothing
+    (a merge is a job of the student's choosing). Computed from the model's shapes (workshop.results.memory),
+    not measured on a GPU."""
     from workshop.results.memory import get_arch
     from workshop.slurm.steps import step_config
 
-    saving, merged, costly = 0.0, 0.0, 0.0
+    saving, costly = 0.0, 0.0
     for nb, runs in notebook_runs(profile).items():
         for name, spec in runs.items():
             spec = dict(spec)
@@ -211,11 +214,8 @@ def disk_rows(profile: Profile, students: int) -> list[dict[str, Any]]:
             size = arch.params * 4 * (1 + ADAMW_STATES)
             saving += size
             costly += size if is_costly(cfg, profile, step) else 0.0
-            merged = max(merged, (arch.params + arch.vocab * arch.hidden) * 4)   # lm_head written as its own copy
     return [{"what": "checkpoints (weights + AdamW state, fp32), kept", "per_student": saving,
-             "class": saving * students, "class_instructor_run": (saving - costly) * students + costly},
-            {"what": "notebook 05's merged state dict, while its cell runs", "per_student": merged,
-             "class": merged * students, "class_instructor_run": merged * students}]
+             "class": saving * students, "class_instructor_run": (saving - costly) * students + costly}]
 
 
 def disk_markdown(profile: Profile, students: int) -> str:

@@ -11,8 +11,11 @@ and NCCL variables are the jobs' own): torch and CUDA versions, the wheel's CUDA
 GPU's compute capability (does it carry sm_70 for a V100?), bf16 against the precision the profile asks
 there, a NCCL init, an offline load of the model and the data from `hf_home`, and the free disk where jobs
 write. One table, one line per check: ok, the fix, or "no GPU on this partition" where a partition's GPUs
-are Slurm's bookkeeping only (the repo's test cluster): that is not ok, and not a fix either. Exit 1 when
-a line needs a fix.
+are Slurm's bookkeeping only (the repo's test cluster): that is not ok, and not a fix either. Then one
+2-node job per multi-node partition (the bandwidth step, 1 rank a node, through the course's rendezvous,
+slurm/templates/rendezvous.sh): its line is ok with a small bus-bandwidth figure, or names the failure
+(the rendezvous port, NCCL's interface, a fallback to sockets) and the profile field that fixes it.
+Exit 1 when a line needs a fix.
 """
 
 from __future__ import annotations
@@ -91,6 +94,8 @@ def partition_lines(profile: Profile, found: dict[str, dict[str, Any]]) -> list[
             problems.append("it is not up (sinfo: down/drain/inactive)")
         if part.gpus_per_node > rec["gpus"]:
             problems.append(f"the profile counts {part.gpus_per_node} GPUs a node, Slurm offers {rec['gpus']} (gres)")
+        if part.nodes and rec["nodes"] and part.nodes != rec["nodes"]:
+            problems.append(f"the profile counts {part.nodes} nodes (nodes, the schedule's), Slurm has {rec['nodes']}")
         if part.gpu_type and rec["gpu_types"] and part.gpu_type not in rec["gpu_types"]:
             problems.append(f"gpu_type {part.gpu_type!r} is not one of its GPU types ({', '.join(sorted(rec['gpu_types']))})")
         cores = max(1, part.gpus_per_node) * part.cpus_per_proc
@@ -362,6 +367,99 @@ def job_lines(profile: Profile, jobs_dir: Path, timeout: float, min_free_gb: flo
     return lines
 
 
+# ------------------------------------------------------------------------------ two nodes, as a student's gate
+
+TWO_NODE_MAX_BYTES = "8M"       # a small sweep (sizes x4 from 8 B up to 8 MB): a bus-bandwidth figure, not the gate's 256 MB
+
+
+def multi_node_partitions(profile: Profile) -> list[Partition]:
+    """The partitions a 2-node job may run on: GPU partitions (the default one on a CPU profile) whose jobs may
+    span 2 nodes (max_nodes 0 = no limit known) and that have 2 (nodes 0 = not counted)."""
+    parts = [p for p in profile.partitions.values() if p.gpus_per_node] or [profile.partitions[profile.partition]]
+    return [p for p in parts if p.max_nodes != 1 and p.nodes != 1]
+
+
+def two_node_profile(profile: Profile, part: Partition) -> Profile:
+    """The bandwidth step on `part`, small (TWO_NODE_MAX_BYTES), short, and judged by nothing but its own
+    correctness: the gate's threshold (`[bandwidth] min_busbw_GBps`) is the students' job's, on whole nodes."""
+    limit = min(PREFLIGHT_TIME_S, time_seconds(part.max_time) if part.max_time else PREFLIGHT_TIME_S)
+    steps = {**profile.step_slurm, "bandwidth": {"partition": part.key,
+                                                  "time": f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"}}
+    env = {**profile.env, "NCCL_DEBUG": "INFO"}          # the transport lines: IB or a fallback to sockets
+    return dataclasses.replace(profile, step_slurm=steps, min_busbw_GBps=0.0, bandwidth_max_bytes=TWO_NODE_MAX_BYTES,
+                               env=env)
+
+
+def two_node_verdict(log_text: str, state: str, part: Partition) -> tuple[str, str]:
+    """(status, text) of one 2-node job's log: ok with its bus bandwidth, or the failure and the field that fixes it."""
+    from workshop.results.diagnose import diagnose
+    from workshop.results.logs import load
+
+    parsed = load(log_text)
+    bw = parsed.bandwidth
+    kinds = {f.kind: f for f in diagnose(parsed)}
+    if "rendezvous" in kinds:
+        return FIX, (f"the two nodes' launchers did not meet at the rendezvous (slurm/templates/rendezvous.sh: the "
+                     f"head node's NodeAddr, a port 20000 + job id mod the room below the ephemeral range): "
+                     f"{kinds['rendezvous'].evidence[0].strip()[:160]}. Fix: open that port range between the compute "
+                     "nodes, or set [run] rdzv_endpoint to a HOST:PORT every node reaches")
+    if re.search(r"Bootstrap : no socket interface found|no socket interface|SOCKET_IFNAME", log_text) or (
+            "nccl_error" in kinds and re.search(r"socket|ifname|interface", log_text, re.I)):
+        return FIX, (f"NCCL found no usable interface between the nodes. Fix: [nccl] socket_ifname (per partition: "
+                     f"[nccl.partitions.{part.key}]) to the interface `ip -br link` shows on both nodes")
+    if bw is None or not bw.rows or state != "COMPLETED" or bw.failures:
+        why = "; ".join(f.title for f in kinds.values()) or f"the job ended {state} without the all_reduce table"
+        return FIX, f"{why}. Fix: read the log (`workshop diagnose`), then [nccl] and the rendezvous as above"
+    hosts = sorted(set(bw.hosts))
+    if (bw.n_nodes or len(hosts)) < 2:
+        return FIX, f"the all_reduce ran on {', '.join(hosts) or 'one node'} only. Fix: the job must span 2 nodes"
+    largest = max(bw.rows, key=lambda r: r.size_bytes)
+    busbw = bw.gate_line_GBps if bw.gate_line_GBps is not None else largest.busbw_GBps
+    figure = (f"{bw.n_ranks or 2} ranks on {', '.join(hosts)}, bus bandwidth {busbw:.2f} GB/s at "
+              f"{largest.size_bytes / 2**20:g} MB")
+    if part.gpus_per_node and bw.network and bw.network.lower().startswith("socket"):
+        return FIX, (f"{figure}, over NCCL's socket transport (NET/Socket), not the fabric. Fix: [nccl] ib_hca (per "
+                     f"partition: [nccl.partitions.{part.key}]) to the HCAs `ibv_devinfo -l` lists, or the network plugin")
+    return OK, figure + (f", network {bw.network}" if bw.network else "")
+
+
+def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Line]:
+    """One 2-node job per multi-node partition, 1 rank a node, through the course's own batch script and
+    rendezvous (the bandwidth step): what a student's gate first meets, checked the week before."""
+    from workshop.slurm.jobs import submit
+    from workshop.slurm.watch import wait_all
+
+    jobs, lines = {}, []
+    for part in multi_node_partitions(profile):
+        label = f"{part.name or part.key}: 2 nodes"
+        try:
+            jobs[part.key] = submit("bandwidth", profile=two_node_profile(profile, part), jobs_dir=jobs_dir,
+                                    overrides={"nodes": 2, "procs_per_node": 1},
+                                    name=f"workshop-preflight-2nodes-{part.key}", resubmit=True)
+        except (ConfigError, RuntimeError, OSError) as e:
+            lines.append(Line(label, FIX, f"not submitted: {e}"))
+    if jobs:
+        print(f"[preflight] 2-node jobs {', '.join(f'{j.job_id} ({k})' for k, j in jobs.items())} submitted", flush=True)
+        wait_all(jobs, timeout=timeout, quiet=True)
+    for key, job in jobs.items():
+        part = profile.partitions[key]
+        label = f"{part.name or part.key}: 2 nodes"
+        state = job.state()
+        if not state.finished:
+            job.cancel()
+            lines.append(Line(label, FIX, f"job {job.job_id} was still {state.value} after {timeout:.0f} s; cancelled. "
+                              "Fix: run preflight when two nodes are free (or with --timeout)"))
+            continue
+        try:
+            text = job.log_path.read_text(errors="replace")
+        except OSError as e:
+            lines.append(Line(label, FIX, f"job {job.job_id} {state.value}, no log ({e})"))
+            continue
+        status, verdict = two_node_verdict(text, state.value, part)
+        lines.append(Line(label, status, f"job {job.job_id}: {verdict}"))
+    return lines
+
+
 def preflight(profile: Profile, jobs_dir: Path, timeout: float = 900, min_free_gb: float = MIN_FREE_GB) -> list[Line]:
     user = getpass.getuser()
     lines = [Line("profile", OK, f"{profile.source} ({profile.backend} backend)")]
@@ -378,7 +476,7 @@ def preflight(profile: Profile, jobs_dir: Path, timeout: float = 900, min_free_g
         lines += [x for x in (gate_session_line(profile),) if x is not None]
     else:
         lines.append(Line("slurm", INFO, "backend local: no Slurm to check; the node job runs on this machine"))
-    return lines + job_lines(profile, jobs_dir, timeout, min_free_gb)
+    return lines + job_lines(profile, jobs_dir, timeout, min_free_gb) + two_node_lines(profile, jobs_dir, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

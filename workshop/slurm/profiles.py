@@ -65,6 +65,7 @@ class Partition:
     mem_per_node: str = ""      # memory a job may ask for on one node (`scontrol show node`: RealMemory
                                 # less the site's reserve); every request must fit it
     max_time: str = ""          # the partition's MaxTime (`sinfo -o "%P %l"`); every time limit must fit it
+    nodes: int = 0              # nodes in the partition, shared by the class (`sinfo -h -p NAME -o %D`); 0 = unknown
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,9 @@ class Profile:
     instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
     nccl: Mapping[str, str] = field(default_factory=dict)   # [nccl]: NCCL_* and network-plugin variables, rendered
     nccl_plugin_path: str = ""                    # [nccl] plugin_path: the plugin's folder, first on LD_LIBRARY_PATH
+    # [nccl.partitions.<key>]: a partition's own fabric (V100 and A100 nodes on different networks), field by field
+    # over [nccl]: {key: {"nccl": {...}, "nccl_plugin_path": "..."}}
+    nccl_partitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     session_partition: str = ""                   # [ood] partition: key of the CPU partition JupyterLab sessions use
     session_cpus: int = 2                         # [ood] cpus: a notebook kernel's cores
     session_mem: str = "4G"                       # [ood] mem: a notebook kernel's memory
@@ -105,6 +109,7 @@ class Profile:
     watch_kernels: int = 0                        # [slurm.watch] kernels: notebook kernels watching jobs at once
     watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
     instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
+    agenda: Mapping[str, int] = field(default_factory=dict)   # [agenda]: minutes of the day per notebook (the schedule)
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -113,6 +118,11 @@ class Profile:
         """The partition a step runs on (`[slurm.steps.<step>] partition`, else the default)."""
         key = self.step_slurm.get(step, {}).get("partition", self.partition)
         return self.partitions[key]
+
+    def nccl_for(self, partition_key: str | None = None) -> tuple[dict[str, str], str]:
+        """The NCCL variables and plugin folder of jobs on a partition: [nccl], then its [nccl.partitions.<key>]."""
+        own = self.nccl_partitions.get(partition_key or "", {})
+        return {**self.nccl, **own.get("nccl", {})}, own.get("nccl_plugin_path") or self.nccl_plugin_path
 
     def time_for(self, step: str) -> str:
         return self.step_slurm.get(step, {}).get("time", self.time)
@@ -209,9 +219,14 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                       mem_per_proc=_take(raw, "mem_per_proc", str, "", source, where),
                       max_nodes=_take(raw, "max_nodes", int, 0, source, where),
                       mem_per_node=_take(raw, "mem_per_node", str, "", source, where),
-                      max_time=_take(raw, "max_time", str, "", source, where))
+                      max_time=_take(raw, "max_time", str, "", source, where),
+                      nodes=_take(raw, "nodes", int, 0, source, where))
         _no_leftovers(raw, source, where, "name, gpus_per_node, gpu_type, gpu_name, cpus_per_proc, "
-                      "mem_per_proc, max_nodes, mem_per_node, max_time")
+                      "mem_per_proc, max_nodes, mem_per_node, max_time, nodes")
+        if p.nodes < 0 or (p.nodes and p.max_nodes > p.nodes):
+            raise ProfileError(source, where + "nodes", f"nodes = {p.nodes}, max_nodes = {p.max_nodes}: a job cannot "
+                               "have more nodes than the partition", "write the partition's node count "
+                               f"(`sinfo -h -p {p.name or '<partition>'} -o %D`), at least max_nodes")
         _check_partition_fits(p, source, where)
         if p.mem_per_proc and not _MEM.match(p.mem_per_proc):
             raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc!r} is not a size",
@@ -310,7 +325,15 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["bandwidth_exclusive"] = _take(bw, "exclusive", bool, True, source, "bandwidth.")
     _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes, exclusive")
 
-    kw.update(_parse_nccl(dict(_take(data, "nccl", dict, {}, source, "")), source))
+    nccl = dict(_take(data, "nccl", dict, {}, source, ""))
+    per_partition = dict(_take(nccl, "partitions", dict, {}, source, "nccl."))
+    kw.update(_parse_nccl(nccl, source))
+    kw["nccl_partitions"] = {}
+    for key, raw in per_partition.items():
+        if key not in partitions or not isinstance(raw, dict):
+            raise ProfileError(source, f"nccl.partitions.{key}", "is not a table of a [slurm.partitions.*] key",
+                               f"name one of {', '.join(partitions)}: [nccl.partitions.<key>] with socket_ifname, ib_hca, ...")
+        kw["nccl_partitions"][key] = _parse_nccl(dict(raw), source, f"nccl.partitions.{key}.")
     kw.update(_parse_ood(dict(_take(data, "ood", dict, {}, source, "")), partitions, source))
 
     course = dict(_take(data, "course", dict, {}, source, ""))
@@ -322,12 +345,13 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            'write e.g. instructor_steps = ["strategies"]')
     kw["instructor_steps"] = tuple(steps_run)
     _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
+    kw["agenda"] = _parse_agenda(dict(_take(data, "agenda", dict, {}, source, "")), source)
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
     kw["run_steps"] = {step: _coerce_run(dict(v), source, f"run.{step}.") for step, v in run_steps.items()}
     _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [nccl], [ood], [bandwidth], "
-                  "[course], [run]")
+                  "[course], [agenda], [run]")
     profile = Profile(**kw)
     overlap = session_blocks_gate(profile)
     if overlap:
@@ -373,13 +397,25 @@ def session_blocks_gate(profile: Profile, free_nodes: int | None = None) -> tupl
             "([ood] reservation), or, where the site allows a gate to share its nodes, set [bandwidth] exclusive = false")
 
 
-def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:
+def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
+    """[agenda]: the minutes the day gives each notebook (`01_baseline = 45`); the schedule
+    (workshop.course.schedule) warns when the class's jobs of a notebook take longer than its slot."""
+    out = {}
+    for key, value in agenda.items():
+        if not re.fullmatch(r"\d\d_\w+", key) or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ProfileError(source, f"agenda.{key}", f"{value!r} is not a notebook's minutes",
+                               "write the notebook's name and its slot in whole minutes, e.g. 03_sharding_strategies = 60")
+        out[key] = value
+    return out
+
+
+def _parse_nccl(nccl: dict[str, Any], source: str, where: str = "nccl.") -> dict[str, Any]:
     """[nccl]: the site's fabric for NCCL, rendered into every training and bandwidth script.
 
     socket_ifname -> NCCL_SOCKET_IFNAME (bootstrap and socket transport), ib_hca -> NCCL_IB_HCA,
     net_plugin -> NCCL_NET_PLUGIN, plugin_path (the plugin's libnccl-net*.so) first on LD_LIBRARY_PATH,
-    variables: any other NCCL_* or plugin variable (FI_*, OFI_NCCL_*, UCX_*, SHARP_COLL_*)."""
-    where = "nccl."
+    variables: any other NCCL_* or plugin variable (FI_*, OFI_NCCL_*, UCX_*, SHARP_COLL_*). `where` names the
+    table in errors ([nccl], or a partition's [nccl.partitions.<key>])."""
     out: dict[str, str] = {}
     for key, var in (("socket_ifname", "NCCL_SOCKET_IFNAME"), ("ib_hca", "NCCL_IB_HCA")):
         value = _take(nccl, key, str, "", source, where)
@@ -403,13 +439,13 @@ def _parse_nccl(nccl: dict[str, Any], source: str) -> dict[str, Any]:
     _no_leftovers(nccl, source, where, "socket_ifname, ib_hca, net_plugin, plugin_path, variables")
     for k, v in variables.items():
         if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", k) or not k.startswith(NCCL_PREFIXES):
-            raise ProfileError(source, f"nccl.variables.{k}", f"is not a variable of NCCL or of a network plugin "
+            raise ProfileError(source, f"{where}variables.{k}", f"is not a variable of NCCL or of a network plugin "
                                f"({', '.join(p + '*' for p in NCCL_PREFIXES)})",
                                "put other variables in [env.variables]")
         if not isinstance(v, (str, int, float)) or isinstance(v, bool):
-            raise ProfileError(source, f"nccl.variables.{k}", "must be NAME = \"value\"", f'write {k} = "..."')
+            raise ProfileError(source, f"{where}variables.{k}", "must be NAME = \"value\"", f'write {k} = "..."')
         if k in out:
-            raise ProfileError(source, f"nccl.variables.{k}", "is set by a field of [nccl] already",
+            raise ProfileError(source, f"{where}variables.{k}", "is set by a field of its table already",
                                "set it once, in its field (socket_ifname, ib_hca or net_plugin)")
         out[k] = str(v)
     return {"nccl": out, "nccl_plugin_path": plugin_path}

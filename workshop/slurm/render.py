@@ -109,11 +109,13 @@ def sbatch_lines(step: str, config: RunConfig, profile: Profile, job_dir: Path, 
     return out
 
 
-def nccl_exports(profile: Profile) -> list[str]:
-    """The site's fabric ([nccl] of the profile): NCCL's interface, HCAs, network plugin and its variables."""
-    out = [f"export {k}={shell_value(v)}" for k, v in profile.nccl.items()]
-    if profile.nccl_plugin_path:      # after the CUDA paths were dropped: the plugin's folder comes first
-        out.append(f'export LD_LIBRARY_PATH={shell_value(profile.nccl_plugin_path)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+def nccl_exports(profile: Profile, partition_key: str | None = None) -> list[str]:
+    """The site's fabric ([nccl] of the profile, and the partition's own [nccl.partitions.<key>]): NCCL's
+    interface, HCAs, network plugin and its variables."""
+    variables, plugin_path = profile.nccl_for(partition_key)
+    out = [f"export {k}={shell_value(v)}" for k, v in variables.items()]
+    if plugin_path:      # after the CUDA paths were dropped: the plugin's folder comes first
+        out.append(f'export LD_LIBRARY_PATH={shell_value(plugin_path)}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
                    "   # the NCCL network plugin's libnccl-net*.so")
     return out
 
@@ -199,7 +201,7 @@ def render(step: str, config: RunConfig, profile: Profile, job_dir: Path, job_na
     exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
     exports.append(f"export WANDB_DIR={shlex.quote(str(job_dir))}")
     exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
-    exports += nccl_exports(profile)
+    exports += nccl_exports(profile, part.key)
     if info.program == "bandwidth":
         exports.append("export NCCL_DEBUG=INFO   # the gate's log keeps NCCL's transport lines (P2P, SHM, NET/IB...)")
     elif part.gpus_per_node:

@@ -1,0 +1,442 @@
+"""The class's day as a queue: does each notebook's GPU work fit its slot in the agenda?
+
+The budget (workshop.course.budget) counts GPU-hours; a day fails for another reason: twenty students
+reach a notebook at the same moment and their jobs queue for the same few nodes. This module plays that
+queue out, a discrete-event simulation of the site's partitions (nodes x GPUs per node, from the profile,
+checked against `sinfo` where Slurm answers), so that the instructor sees, before the day, each
+notebook's makespan (first submission to the class's last job ending), the longest wait a student sees,
+and the hours each partition is held, with and without instructor-run mode.
+
+The model of the day, stated so a reader can judge it:
+- every student starts a notebook at the same moment (t = 0 for each notebook);
+- a student's cell submits its jobs together (`lab.run_all`, or one `lab.run`) and waits for them;
+  the next cell's jobs are submitted when the last of those ends (reading time is not counted);
+- the queue is one FIFO per partition in submission order (students in order within a moment), with
+  Slurm's backfill (EASY: a later job may start now if it fits now and its *time limit* ends before the
+  time the blocked first job is guaranteed to start) or without it (strict FIFO);
+- a job holds `procs_per_node` GPUs on each of its nodes, the whole node when it takes every GPU
+  (the bandwidth gate always does); it runs its predicted duration, at most its time limit;
+- in instructor-run mode the costly jobs ([course]) were run by the instructor before the class.
+
+Durations come from a GPU result under benchmarks/results/ (`workshop bench --device cuda`) where one
+matches the partition's GPU, else from the model: 6 x parameters x tokens trained at PLANNING_MFU of the
+GPU's data-sheet peak, plus START_UP_S. The model's figures are labelled "predicted": no GPU run of the
+course has measured them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from workshop.slurm.profiles import Partition, Profile, ProfileError, time_seconds
+
+# Planning assumptions of the model (not measurements; a GPU result under benchmarks/results/ replaces them).
+PLANNING_MFU = 0.10          # a tenth of the data-sheet peak: BLOOM-560M at these batch sizes, start-up aside
+START_UP_S = 180.0           # imports, loading the model from the shared cache, evaluation on 200 examples
+GATE_S = 60.0                # the bandwidth gate's all_reduce sweep, after its start-up
+RECOMPUTE = 8 / 6            # activation checkpointing: one more forward per step
+OFFLOAD = 2.0                # CPU offload: optimizer step on the host, parameters over PCIe
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+
+# How each notebook submits: the cells' groups of runs, in order (a group is submitted together and waited
+# for). The names are budget.STATIC_RUNS's; notebook 04's one group is every GPU count.
+WAVES: dict[str, list[list[str]]] = {
+    "01_baseline": [["baseline"]],
+    "02_fsdp_single_gpu": [["baseline", "full_shard", "full_shard+offload"], ["your shard_model"]],
+    "03_sharding_strategies": [["ddp", "full_shard", "shard_grad_op", "offload", "activation_checkpointing"],
+                               ["budget challenge"]],
+    "05_multi_node": [["bandwidth gate"], ["failed rendezvous (to diagnose)"],
+                      ["1 node x 2, full_shard", "2 nodes x 1, full_shard", "2 nodes x 2, full_shard",
+                       "2 nodes x 2, hybrid_shard"]],
+}
+
+
+# ------------------------------------------------------------------------------------------ the simulation
+@dataclass(frozen=True)
+class SimJob:
+    """One job as the scheduler sees it: where, how big, how long it runs and what it asked for."""
+
+    name: str
+    partition: str
+    nodes: int
+    gpus_per_node: int          # GPUs held on each node (all of the node's when it is exclusive)
+    duration_s: float           # how long it runs (capped at limit_s: Slurm ends it there)
+    limit_s: float              # its time limit: what backfill plans with
+    student: int = 0
+    wave: int = 0               # submitted when the student's previous wave has ended
+    notebook: str = ""
+
+
+@dataclass(frozen=True)
+class Placed:
+    job: SimJob
+    submit_s: float
+    start_s: float
+    end_s: float
+    nodes: tuple[int, ...]      # node indices of its partition
+
+    @property
+    def wait_s(self) -> float:
+        return self.start_s - self.submit_s
+
+
+def _fit(free: list[int], nodes: int, per_node: int) -> tuple[int, ...] | None:
+    """First-fit: the first `nodes` nodes with `per_node` GPUs free, or None."""
+    chosen = tuple(i for i, f in enumerate(free) if f >= per_node)[:nodes]
+    return chosen if len(chosen) == nodes else None
+
+
+def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], backfill: bool = True) -> list[Placed]:
+    """Play the queue out. `partitions`: name -> (nodes, GPUs per node). Jobs are given in priority order
+    within a moment; a student's wave w + 1 is submitted when the last job of its wave w ends."""
+    jobs = list(jobs)
+    for j in jobs:
+        if j.partition not in partitions:
+            raise ValueError(f"job {j.name!r}: no partition {j.partition!r}")
+        count, gpn = partitions[j.partition]
+        if j.nodes > count or j.gpus_per_node > gpn or j.nodes < 1 or j.gpus_per_node < 0:
+            raise ValueError(f"job {j.name!r} asks for {j.nodes} x {j.gpus_per_node} GPUs; partition "
+                             f"{j.partition!r} has {count} x {gpn}: it would never start")
+    waves: dict[tuple[int, int], list[SimJob]] = {}
+    for j in jobs:
+        waves.setdefault((j.student, j.wave), []).append(j)
+    by_student: dict[int, list[int]] = {}
+    for s, w in waves:
+        by_student.setdefault(s, []).append(w)
+    for ws in by_student.values():
+        ws.sort()
+    free = {p: [gpn] * count for p, (count, gpn) in partitions.items()}
+    pending: list[tuple[float, int, SimJob]] = []       # (submit time, order, job)
+    running: list[tuple[Placed, int]] = []              # (placement, order)
+    done: list[Placed] = []
+    left = {k: len(v) for k, v in waves.items()}
+    order = 0
+
+    def release(student: int, wave: int, t: float) -> None:
+        nonlocal order
+        for j in waves[(student, wave)]:
+            pending.append((t, order, j))
+            order += 1
+
+    for s in sorted(by_student):
+        release(s, by_student[s][0], 0.0)
+    t = 0.0
+    while pending or running:
+        # one scheduling pass at time t, partition by partition, in submission order
+        pending.sort(key=lambda x: (x[0], x[1]))
+        for part in partitions:
+            blocked_at: float | None = None       # backfill's shadow time: when the first blocked job may start
+            for entry in [e for e in pending if e[2].partition == part]:
+                submit, o, j = entry
+                where = _fit(free[part], j.nodes, j.gpus_per_node)
+                if blocked_at is not None and (where is None or t + j.limit_s > blocked_at + 1e-9):
+                    continue
+                if where is None:
+                    if not backfill:
+                        break
+                    blocked_at = _shadow(free[part], [p for p, _ in running if p.job.partition == part], j, t)
+                    continue
+                for i in where:
+                    free[part][i] -= j.gpus_per_node
+                placed = Placed(j, submit, t, t + min(j.duration_s, j.limit_s), where)
+                running.append((placed, o))
+                pending.remove(entry)
+        if not running:
+            raise ValueError("jobs are pending that nothing running will ever make room for")
+        t = min(p.end_s for p, _ in running)
+        for p, o in [r for r in running if r[0].end_s <= t + 1e-9]:
+            running.remove((p, o))
+            done.append(p)
+            for i in p.nodes:
+                free[p.job.partition][i] += p.job.gpus_per_node
+            key = (p.job.student, p.job.wave)
+            left[key] -= 1
+            if left[key] == 0:
+                later = [w for w in by_student[p.job.student] if w > p.job.wave]
+                if later:
+                    release(p.job.student, later[0], t)
+    return done
+
+
+def _shadow(free: list[int], running: list[Placed], head: SimJob, now: float) -> float:
+    """The earliest time the blocked job is sure to fit, were every running job to use its whole limit."""
+    free = list(free)
+    for p in sorted(running, key=lambda p: p.start_s + p.job.limit_s):
+        for i in p.nodes:
+            free[i] += p.job.gpus_per_node
+        if _fit(free, head.nodes, head.gpus_per_node) is not None:
+            return max(now, p.start_s + p.job.limit_s)
+    return math.inf
+
+
+# ------------------------------------------------------------------------------------------ the site's day
+@dataclass(frozen=True)
+class Duration:
+    seconds: float
+    source: str                 # "predicted" or the benchmarks/results file it was measured in
+
+
+def measured_samples_per_s(part: Partition, results_dir: Path = RESULTS_DIR) -> tuple[float, str] | None:
+    """A GPU result of `workshop bench --device cuda` on this partition's GPU: the baseline configuration's
+    samples per second on one GPU, and the file; None where benchmarks/results/ holds none (so far: none)."""
+    if not results_dir.is_dir():
+        return None
+    names = [n.lower() for n in (part.gpu_name, part.gpu_type) if n]
+    for path in sorted(results_dir.glob("*.json"), reverse=True):
+        try:
+            result = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        device = str(result.get("device_name") or "").lower()
+        if result.get("device") != "cuda" or not names or not any(n in device for n in names):
+            continue
+        for row in result.get("configs") or []:
+            if row.get("name") == "baseline" and row.get("samples_per_s"):
+                return float(row["samples_per_s"]), path.name
+    return None
+
+
+def job_duration(step: str, cfg: Any, part: Partition, limit_s: float, results_dir: Path = RESULTS_DIR) -> Duration:
+    """How long one of the course's jobs runs on this partition (capped at its limit)."""
+    from workshop.slurm.steps import get_step
+
+    if get_step(step).program != "train":
+        return Duration(min(limit_s, START_UP_S + GATE_S), "predicted")
+    if cfg.rdzv_endpoint and cfg.rdzv_timeout_s:          # notebook 05's rendezvous that is meant to fail
+        return Duration(min(limit_s, START_UP_S / 3 + cfg.rdzv_timeout_s), "predicted")
+    gpus = cfg.nodes * cfg.procs_per_node
+    samples = cfg.train_size * cfg.epochs
+    slower = (RECOMPUTE if cfg.activation_checkpointing else 1.0) * (OFFLOAD if cfg.offload else 1.0)
+    measured = measured_samples_per_s(part, results_dir)
+    if measured is not None:
+        sps, source = measured
+        return Duration(min(limit_s, START_UP_S + slower * samples / (sps * gpus)), source)
+    from workshop.results.memory import get_arch
+    from workshop.training.metrics import peak_for_name
+
+    peak = peak_for_name(part.gpu_name or part.gpu_type, cfg.precision)
+    if not peak:
+        return Duration(limit_s, "predicted (no data-sheet peak for this GPU: its time limit)")
+    flops = 6.0 * get_arch(cfg.model).params * samples * cfg.max_length
+    return Duration(min(limit_s, START_UP_S + slower * flops / (gpus * peak * 1e12 * PLANNING_MFU)), "predicted")
+
+
+def sinfo_nodes(name: str, timeout: float = 5.0) -> int | None:
+    """The partition's node count as Slurm states it; None where no Slurm answers."""
+    if not name or shutil.which("sinfo") is None:
+        return None
+    try:
+        out = subprocess.run(["sinfo", "-h", "-p", name, "-o", "%D"], capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    counts = [int(x) for x in out.stdout.split() if x.isdigit()]
+    return sum(counts) if out.returncode == 0 and counts else None
+
+
+def partition_sizes(profile: Profile, keys: Iterable[str], ask_slurm: bool = True) -> tuple[dict[str, tuple[int, int]], list[str]]:
+    """(nodes, GPUs per node) of each partition the jobs use, and notes where Slurm says otherwise."""
+    sizes, notes = {}, []
+    for key in keys:
+        part = profile.partitions[key]
+        told = sinfo_nodes(part.name) if ask_slurm else None
+        if told is not None and part.nodes and told != part.nodes:
+            notes.append(f"warning: partition {part.name!r}: sinfo counts {told} nodes, the profile {part.nodes} "
+                         f"(slurm.partitions.{key}.nodes): the schedule uses the profile's; correct it")
+        nodes = part.nodes or told or 0
+        if not nodes:
+            raise ProfileError(profile.source, f"slurm.partitions.{key}.nodes", "is not set and Slurm does not "
+                               "answer, so the schedule cannot know how many nodes the class shares",
+                               f"write nodes = N, N from `sinfo -h -p {part.name or '<partition>'} -o %D`")
+        sizes[key] = (nodes, part.gpus_per_node)
+    return sizes, notes
+
+
+def class_jobs(profile: Profile, notebook: str, students: int, instructor_run: bool,
+               results_dir: Path = RESULTS_DIR) -> tuple[list[SimJob], set[str]]:
+    """Every student's jobs of one notebook, in waves, and the duration sources used."""
+    from workshop.course.budget import job_cost, notebook_runs
+    from workshop.slurm.steps import step_config
+
+    runs = notebook_runs(profile)[notebook]
+    waves = WAVES.get(notebook, [list(runs)])
+    unknown = [r for w in waves for r in w if r not in runs] + [r for r in runs if not any(r in w for w in waves)]
+    if unknown:
+        raise ValueError(f"schedule.WAVES[{notebook!r}] and budget.STATIC_RUNS disagree on {unknown}: keep them equal")
+    one: list[tuple[int, SimJob]] = []
+    sources: set[str] = set()
+    for w, group in enumerate(waves):
+        for name in group:
+            cost = job_cost(notebook, name, runs[name], profile)
+            if instructor_run and cost.costly:
+                continue
+            spec = dict(runs[name])
+            step = spec.pop("step")
+            cfg = step_config(step, profile, spec)
+            part = profile.partition_for(step)
+            limit = time_seconds(profile.time_for(step))
+            d = job_duration(step, cfg, part, limit, results_dir)
+            sources.add(d.source)
+            whole = step == "bandwidth" or cfg.procs_per_node >= part.gpus_per_node
+            one.append((w, SimJob(name, part.key, cfg.nodes, part.gpus_per_node if whole else cfg.procs_per_node,
+                                  d.seconds, limit, wave=w, notebook=notebook)))
+    jobs = [SimJob(j.name, j.partition, j.nodes, j.gpus_per_node, j.duration_s, j.limit_s, s, w, notebook)
+            for s in range(students) for w, j in one]
+    return jobs, sources
+
+
+@dataclass
+class NotebookDay:
+    notebook: str
+    slot_min: int | None
+    jobs: int
+    makespan_s: float
+    longest_wait_s: float
+    partition_busy_s: dict[str, float] = field(default_factory=dict)
+    partition_gpu_s: dict[str, float] = field(default_factory=dict)
+
+
+def notebook_day(placed: list[Placed], notebook: str, slot_min: int | None) -> NotebookDay:
+    day = NotebookDay(notebook, slot_min, len(placed), max((p.end_s for p in placed), default=0.0),
+                      max((p.wait_s for p in placed), default=0.0))
+    for p in placed:
+        part = p.job.partition
+        day.partition_busy_s[part] = max(day.partition_busy_s.get(part, 0.0), p.end_s)
+        day.partition_gpu_s[part] = day.partition_gpu_s.get(part, 0.0) + \
+            (p.end_s - p.start_s) * p.job.nodes * p.job.gpus_per_node
+    return day
+
+
+@dataclass
+class Day:
+    students: int
+    backfill: bool
+    plain: list[NotebookDay]
+    instructor: list[NotebookDay]
+    partitions: dict[str, tuple[int, int]]
+    sources: set[str]
+    notes: list[str]
+
+    def in_effect(self, profile: Profile) -> list[NotebookDay]:
+        """The mode the profile runs the class in: instructor-run where it names a folder."""
+        return self.instructor if profile.instructor_jobs else self.plain
+
+    def warnings(self, profile: Profile) -> list[str]:
+        out = []
+        mode = "instructor-run mode" if profile.instructor_jobs else "without instructor-run mode"
+        for nb in self.in_effect(profile):
+            if nb.slot_min is not None and nb.makespan_s > nb.slot_min * 60:
+                out.append(f"warning: {nb.notebook}: the class's jobs take {nb.makespan_s / 60:.0f} min ({mode}), "
+                           f"more than its {nb.slot_min}-min slot (agenda.{nb.notebook}). Fix: hand its costly jobs to "
+                           "the instructor ([course] instructor_jobs, instructor_min_gpus, instructor_steps), "
+                           "or give the notebook a longer slot")
+        return out
+
+
+def plan_day(profile: Profile, students: int, backfill: bool = True, ask_slurm: bool = True,
+             results_dir: Path = RESULTS_DIR) -> Day:
+    """The day on this site, with and without instructor-run mode."""
+    from workshop.course.budget import notebook_runs
+
+    notebooks = list(notebook_runs(profile))
+    unknown = [k for k in profile.agenda if k not in notebooks]
+    if unknown:
+        raise ProfileError(profile.source, f"agenda.{unknown[0]}", "is not a notebook of the course",
+                           f"use the notebooks' names: {', '.join(notebooks)}")
+    plain, instructor, sources = [], [], set()
+    used: set[str] = set()
+    built = {}
+    for nb in notebooks:
+        for mode in (False, True):
+            jobs, src = class_jobs(profile, nb, students, mode, results_dir)
+            sources |= src
+            used |= {j.partition for j in jobs}
+            built[(nb, mode)] = jobs
+    sizes, notes = partition_sizes(profile, sorted(used), ask_slurm)
+    for nb in notebooks:
+        for mode, out in ((False, plain), (True, instructor)):
+            placed = simulate(built[(nb, mode)], sizes, backfill)
+            out.append(notebook_day(placed, nb, profile.agenda.get(nb)))
+    return Day(students, backfill, plain, instructor, sizes, sources, notes)
+
+
+def _m(seconds: float) -> str:
+    return f"{seconds / 60:.0f}"
+
+
+def markdown(day: Day, profile: Profile) -> str:
+    """The schedule's two tables: per notebook, and per partition."""
+    n = day.students
+    lines = [f"| notebook | slot (min) | jobs, class of {n} | makespan (min) | longest wait (min) | "
+             "jobs, instructor-run | makespan, instructor-run (min) | longest wait, instructor-run (min) |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for a, b in zip(day.plain, day.instructor):
+        slot = "" if a.slot_min is None else str(a.slot_min)
+        lines.append(f"| {a.notebook} | {slot} | {a.jobs} | {_m(a.makespan_s)} | {_m(a.longest_wait_s)} | "
+                     f"{b.jobs} | {_m(b.makespan_s)} | {_m(b.longest_wait_s)} |")
+    lines += ["", "| partition | nodes x GPUs | GPU-h used | hours held | GPU-h used, instructor-run | "
+              "hours held, instructor-run |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for key, (nodes, gpn) in day.partitions.items():
+        def tot(days: list[NotebookDay], what: str) -> float:
+            return sum(getattr(d, what).get(key, 0.0) for d in days) / 3600
+        lines.append(f"| {profile.partitions[key].name or key} | {nodes} x {gpn} | {tot(day.plain, 'partition_gpu_s'):.1f} | "
+                     f"{tot(day.plain, 'partition_busy_s'):.1f} | {tot(day.instructor, 'partition_gpu_s'):.1f} | "
+                     f"{tot(day.instructor, 'partition_busy_s'):.1f} |")
+    return "\n".join(lines)
+
+
+def describe(day: Day) -> str:
+    """What the figures rest on, printed under the tables."""
+    measured = sorted(s for s in day.sources if not s.startswith("predicted"))
+    how = (f"measured in benchmarks/results/{', '.join(measured)}" if measured else
+           f"predicted from the model ({PLANNING_MFU:.0%} of the GPU's data-sheet peak, {START_UP_S:.0f} s start-up; "
+           "no GPU result under benchmarks/results/)")
+    return (f"durations {how}; {'backfill' if day.backfill else 'strict FIFO'}; every student starts each notebook "
+            "at once; instructor-run: the costly jobs were run before the class")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`workshop budget`: the budget's tables (workshop.course.budget), then the day's schedule and its warnings."""
+    from workshop.course import budget
+    from workshop.training.config import ConfigError
+
+    ap = argparse.ArgumentParser(prog="workshop budget", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default=None, help="site profile (name or .toml path)")
+    ap.add_argument("--students", type=int, default=20)
+    ap.add_argument("--reruns", type=float, default=budget.RERUN_ALLOWANCE,
+                    help=f"share of the students' jobs run again, planned for (default {budget.RERUN_ALLOWANCE})")
+    ap.add_argument("--no-backfill", action="store_true",
+                    help="schedule the day as a strict FIFO queue (default: Slurm's backfill)")
+    ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
+    args = ap.parse_args(argv)
+    rest = ["--students", str(args.students), "--reruns", str(args.reruns)] + (["--profile", args.profile] if args.profile else [])
+    if args.instructor_run:
+        return budget.main(rest + ["--instructor-run"])
+    from workshop.slurm.profiles import load_profile
+
+    try:
+        profile = load_profile(args.profile)
+        day = plan_day(profile, args.students, backfill=not args.no_backfill)
+    except (ProfileError, ConfigError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    code = budget.main(rest)
+    if code:
+        return code
+    print(f"\nThe day, a class of {args.students} ([agenda] slots; `workshop.course.schedule`):\n")
+    print(markdown(day, profile))
+    print(f"\n{describe(day)}")
+    for line in day.notes + day.warnings(profile):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
