@@ -1,5 +1,5 @@
 # The two set-up commands of README.md. Each installs what it needs first.
-.PHONY: course test venv mutation
+.PHONY: course test test-fast venv mutation
 
 venv:
 	@bash scripts/bootstrap.sh
@@ -11,6 +11,11 @@ course: venv
 # The test suite, including the real Slurm test cluster on localhost (installed and started as root).
 test: venv
 	bash scripts/test.sh
+
+# The inner loop (not CI): the tests that start no process (no Slurm, no notebook run, no training job; marker
+# `fast`, given by tests/conftest.py from what each test uses), about 600 tests in under 5 minutes on 2 cores.
+test-fast: venv
+	bash scripts/test.sh --fast
 
 # Mutation testing (not part of `make test`: about an hour on 2 cores): mutmut changes one line at a time of the
 # modules that grade students and instructors and runs the fast tests that reach it; the report goes to

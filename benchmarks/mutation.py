@@ -10,7 +10,8 @@ Score: killed / (mutants that change behaviour). A mutant that times out was cau
 the code does so much that the tests could not finish). Mutants that do not change behaviour
 (equivalent mutants) are listed, each with its reason, in benchmarks/mutation_equivalent.toml and
 left out of the denominator; every other survivor counts against the score and is listed by name.
-Not part of CI: the suite's 15 minutes are for the tests themselves.
+The tests are the fast tier's (`-m fast`, tests/tiers.py) of the files pyproject lists: no test that starts a
+process runs once per mutant. Not part of CI: the suite's 40-minute budget is for the tests themselves.
 """
 
 from __future__ import annotations

@@ -7,11 +7,19 @@
 # the notebooks' own checks) and the rest (WORKSHOP_TEST_PART in tests/conftest.py). Much of each
 # part waits (Slurm's 10 s poll floor, a job's processes starting, a kernel starting); side by side
 # the two cores stay busy. The two local parts run at a lower CPU priority (nice), so the cluster's
-# timed checks see the cores they would see alone. With arguments: one pytest, as given.
+# timed checks see the cores they would see alone. With arguments: one pytest, as given; with --fast first,
+# the fast tier (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
 pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15)
+# `make test-fast`: the tests that start no process (marker `fast`, tests/tiers.py), in one pytest; a test of the
+# tier that starts one anyway fails and names it. Further arguments narrow it (a file, -k, -x).
+if [ "${1:-}" = "--fast" ]; then
+    shift
+    export WORKSHOP_TEST_TIER=fast
+    exec "${pytest[@]}" -m fast --ignore=tests/slurm --ignore=tests/gpu "$@"
+fi
 if [ $# -gt 0 ]; then
     exec "${pytest[@]}" "$@"
 fi

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.runs import RunCache
+from tests.tiers import ProcessGuard, classify, failure
 
 # a cell with no reply from its kernel for this long is a lost message, not work (workshop.course.run_all):
 # the longest cell of the course takes about a minute here
@@ -39,10 +40,15 @@ def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """WORKSHOP_TEST_PART=course keeps the tests that read the course run (`course_run`), =rest the
+    """Every test that starts no process gets the marker `fast` (tests/tiers.py), before `-m` selects: `make
+    test-fast` is `pytest -m fast`.
+
+    WORKSHOP_TEST_PART=course keeps the tests that read the course run (`course_run`), =rest the
     others: scripts/test.sh runs the two parts side by side, beside tests/slurm, so that the cores stay
     busy while one part waits (the course's jobs, kernels starting, Slurm's poll floor)."""
+    classify(items, lambda item: item.add_marker(pytest.mark.fast))
     part = os.environ.get("WORKSHOP_TEST_PART", "")
     if part not in ("course", "rest"):
         return
@@ -52,3 +58,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = keep
+
+
+# `make test-fast` (WORKSHOP_TEST_TIER=fast): a test of the tier that starts a process anyway, in its own code or
+# in a fixture set up for it, ends in an error that names the process (tests/tiers.py)
+_GUARD = ProcessGuard() if os.environ.get("WORKSHOP_TEST_TIER") == "fast" else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if _GUARD is not None and item.get_closest_marker("fast") is not None:
+        _GUARD.watch()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    if _GUARD is not None and item.get_closest_marker("fast") is not None and (started := _GUARD.stop()):
+        pytest.fail(failure(started), pytrace=False)

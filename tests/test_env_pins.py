@@ -146,3 +146,40 @@ def test_register_kernel_for_the_user_is_found_by_jupyter(tmp_path: Path) -> Non
     spec = ksm.get_kernel_spec("fsdp-workshop")
     assert spec.argv[0] == sys.executable and spec.display_name == "FSDP workshop (bloom_env)"
     assert spec.env == {}                                       # no profile named: nothing site-specific
+
+
+# ---------------------------------------------------------------------------------- the supported range
+
+def supported() -> dict[str, str]:
+    """pyproject.toml's [tool.workshop.supported]: the versions the course also runs on, and the report behind them."""
+    return tomllib.loads(PYPROJECT.read_text())["tool"]["workshop"]["supported"]
+
+
+def test_the_supported_range_holds_the_pins_and_is_backed_by_its_report() -> None:
+    """The range's lower ends are the versions the compatibility report (scripts/compat_check.sh) ran and
+    passed with; its upper ends are the pins, which the suite runs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    rng = supported()
+    report = json.loads((ROOT / rng["report"]).read_text())
+    assert report["passed"] is True, f"{rng['report']} did not pass: the range it backs is not supported"
+    pins = pyproject_pins(PYPROJECT.read_text())
+    for name in ("torch", "transformers", "accelerate"):
+        spec = SpecifierSet(rng[name])
+        assert spec.contains(pins[name]), f"pyproject pins {name}=={pins[name]} outside its range {rng[name]}"
+        ran = Version(report["versions"][name]).base_version              # 2.11.0+cu130 -> 2.11.0
+        assert spec.contains(ran), f"{rng['report']} ran {name} {ran}, outside the range {rng[name]}"
+        lower = [s.version for s in spec if s.operator == ">="]
+        assert not lower or Version(lower[0]) == Version(ran), f"{name}: the range starts at {lower[0]}, " \
+            f"the report ran {ran}: a lower end no report ran is not supported"
+
+
+def test_bloom_env_states_the_same_range() -> None:
+    rng = supported()
+    lines = ENV_FILE.read_text().splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("# Supported range: "))
+    line = " ".join(lines[at:at + 2])
+    for name in ("torch", "transformers", "accelerate"):
+        assert f"{name} {rng[name]}" in line, f"bloom_env.yml's range line lacks `{name} {rng[name]}`: {line}"
+    assert Path(rng["report"]).with_suffix(".md").as_posix() in line

@@ -39,9 +39,14 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
 
     `side_by_side`: other notebooks run in this process at the same time. papermill's `cwd` changes the
     whole process's working directory, so their kernels would start in each other's folders (and put
-    their jobs there); instead the kernel alone starts in `work` (nbclient's resources path)."""
+    their jobs there); instead the kernel alone starts in `work` (nbclient's resources path).
+
+    The kernel talks over Unix sockets (workshop.course.ipc_kernel): ipykernel's "running over TCP without
+    encryption" warning does not arise."""
     import nbformat
     import papermill
+
+    from workshop.course.ipc_kernel import IPCKernelManager
 
     src = source or REPO / "solutions" / name
     work = output / name
@@ -55,7 +60,8 @@ def run_notebook(name: str, output: Path, parameters: dict[str, Any], log_output
             # the notebook is saved and its jobs have ended: a graceful kernel shutdown only waited ~1 s
             papermill.execute_notebook(str(src / f"{name}.ipynb"), str(notebook), parameters=parameters,
                                        kernel_name="python3", progress_bar=False, log_output=log_output,
-                                       execution_timeout=cell_timeout, shutdown_kernel="immediate", **where)
+                                       execution_timeout=cell_timeout, shutdown_kernel="immediate",
+                                       kernel_manager_class=IPCKernelManager, **where)
             break
         except TimeoutError:   # nbclient's CellTimeoutError
             if attempt == 2:

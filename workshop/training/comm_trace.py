@@ -28,6 +28,7 @@ the course's ring rule counts, for what the rank really asked.
 from __future__ import annotations
 
 import json
+import os
 import math
 import re
 from typing import Any, Callable, Iterable, Sequence
@@ -137,11 +138,14 @@ def from_profiler(profiler: Any, end_ns: int) -> dict[str, Any]:
     results = torch_private.kineto_results(profiler)
     if results is None:
         raise TraceError("the profiler holds no results for the step (it did not run)")
+    recorded = results.events()
+    if recorded and not all(hasattr(recorded[0], m) for m in _EVENT_API):
+        return _exported(profiler)  # torch 2.11's events lack some of these (benchmarks/compat/compat-2026-11-28.md)
     events: list[dict[str, Any]] = []
     cpu = DeviceType.CPU
     base = results.trace_start_ns()  # `ts` counts from here, as in an exported trace: microseconds since
     # 1970 as floats would keep only a quarter of a microsecond, and nested events would seem to cross
-    for e in results.events():  # as few calls per event as the parser needs: ~40,000 events for BLOOM-560M
+    for e in recorded:  # as few calls per event as the parser needs: ~40,000 events for BLOOM-560M
         name = e.name()
         event = {"ph": "X", "cat": e.activity_type(), "name": name, "ts": (e.start_ns() - base) / 1000,
                  "dur": e.duration_ns() / 1000}
@@ -172,6 +176,22 @@ def from_profiler(profiler: Any, end_ns: int) -> dict[str, Any]:
         except torch_private.NotOnThisTorch as e:  # gloo groups' ranks then come from the flight recorder alone
             torch_private.not_measured("process groups' ranks (pg_config)", e)
     return {"traceEvents": events, "distributedInfo": info, "baseTimeNanoseconds": base}
+
+
+# what from_profiler reads of each event: torch 2.13's events have all of it, torch 2.11's lack activity_type,
+# extra_meta and structured_input_shapes
+_EVENT_API = ("activity_type", "extra_meta", "structured_input_shapes", "linked_correlation_id", "device_resource_id")
+
+
+def _exported(profiler: Any) -> dict[str, Any]:
+    """The step through the profiler's own export, for a torch whose events lack what from_profiler reads:
+    slower (the whole trace written and read back), same content."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="workshop-trace-") as tmp:
+        path = os.path.join(tmp, "trace.json")
+        profiler.export_chrome_trace(path)
+        return load(path)
 
 
 def spans(trace: dict[str, Any]) -> list[dict[str, Any]]:
