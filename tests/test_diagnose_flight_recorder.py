@@ -7,11 +7,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from workshop.results.diagnose import diagnose
 
 FIXTURES = Path(__file__).with_name("fixtures")
 
 
+@pytest.mark.slow   # runs torchfrtrace, a process
 def test_an_nccl_timeout_with_dumps_names_the_first_mismatched_collective(tmp_path: Path) -> None:
     job = tmp_path / "job"
     shutil.copytree(FIXTURES / "flight_recorder" / "nccl_timeout", job)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import workshop.results  # noqa: F401  (registers diagnose's titles for failed jobs)
 from workshop.slurm.log_line import failure_line, last_meaningful_line
 from workshop.slurm.pending import explain, pending_words
 

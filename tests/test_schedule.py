@@ -139,6 +139,7 @@ def test_a_gpu_result_replaces_the_prediction(tmp_path: Path) -> None:
     assert all(j.limit_s == time_seconds(SITE.time) for j in jobs)
 
 
+@pytest.mark.slow   # the CLI asks sinfo (a process) where Slurm answers
 def test_workshop_budget_prints_the_day(capsys: pytest.CaptureFixture) -> None:
     from workshop.cli import main
 

@@ -32,7 +32,8 @@ ON_INSTANCES = {"_curr_mem_snap", "_fsdp_param_group", "_pre_forward_hook_handle
 # private names of other libraries (not torch's), where they are read: a new one fails the scan too
 NOT_TORCH = {("workshop/training/fsdp_cpu.py", "_shared_state"),          # accelerate's state singletons
              ("workshop/training/fsdp_cpu.py", "_validate_accelerator"),  # accelerate's ParallelismConfig
-             ("workshop/training/train.py", "_exit")}                     # os._exit
+             ("workshop/training/train.py", "_exit"),                     # os._exit
+             ("workshop/slurm/watch.py", "_repr_mimebundle_")}            # IPython's display protocol
 PRIVATE_MODULE_PARTS = ("_tools", "_C", "_pytree", "_checkpoint", "_fully_shard", "_dynamo", "_inductor")
 
 
