@@ -29,6 +29,12 @@ def encode(tok, example, max_length):
 bytes_per_param = {"weights": 4, "gradients": 4, "adam_exp_avg": 4, "adam_exp_avg_sq": 4}   # section 5 measured 4, 4, 8
 transient_bytes_per_param = {"bf16_weight_copy": None}   # no table shows it
 bloom_560m_state_gb = None''',
+        "nb01-untrained-answer": '''
+untrained_loss = None   # no cell shows a loss before the run; the run's own loss comes later''',
+        "nb01-eight-bit": '''
+eight_bit_bytes_per_param = {"weights": 4, "gradients": 4, "master_weights": 4, "adam_exp_avg": 4,
+                             "adam_exp_avg_sq": 4}   # the text's "fp32 master copy", the Trainer's 4 B each
+largest_model_b = {"trainer": None, "eight_bit": None}   # no cell or tool prints it''',
         "nb01-13-baseline-table": '''
 row = measured.iloc[0]
 baseline = {"final_train_loss": row["final_train_loss"], "train_samples_per_s": row["train_samples_per_s"]}''',
@@ -136,6 +142,15 @@ bytes_per_param = {"weights": _b.params / _b.n_params, "gradients": _b.grads / _
                    "adam_exp_avg": _b.optimizer / _b.n_params / 2, "adam_exp_avg_sq": _b.optimizer / _b.n_params / 2}
 transient_bytes_per_param = {"bf16_weight_copy": 2}
 bloom_560m_state_gb = (_b.params + _b.grads + _b.optimizer) / 1e9''',
+        "nb01-untrained-answer": '''
+from workshop.course import answer_key
+
+untrained_loss = answer_key.untrained_loss_measured(tok, examples[:2], config.max_length)''',
+        "nb01-eight-bit": '''
+from workshop.course.answer_key import params_that_fit_b, recipe_bytes
+
+eight_bit_bytes_per_param = recipe_bytes("eight_bit")
+largest_model_b = {recipe: params_that_fit_b(recipe) for recipe in ("trainer", "eight_bit")}''',
     },
     "02_fsdp_single_gpu": {
         "nb02-07-predict": '''

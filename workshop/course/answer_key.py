@@ -1,0 +1,69 @@
+"""Notebook 01's answer key for the predictions no cell of the lesson computes (reference-only).
+
+The checks of 01 compare a student's *derivation* with these: the stored bytes of a precision recipe the
+notebook never computes, the largest model whose state fits a card, the loss of an untrained model and an
+epoch's hours at the student's own throughput. Kept out of the notebook so that no visible reference cell
+spells out the formula a student is asked to find; every public name here is a reference name of the
+integrity scan (`workshop.course.scan.REFERENCE_NAMES`), so a student's cell that calls one is flagged.
+
+Why the numbers are measured rather than written down: the bytes come from torch's own dtypes
+(`element_size`), the untrained loss from a real forward pass of a freshly initialised BLOOM with the full
+250,880-token vocabulary, so the key does not restate the rule the student derives.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+# What each stored part of the model state is kept in, per recipe (a gradient has its parameter's dtype).
+RECIPES: dict[str, dict[str, torch.dtype]] = {
+    # the Trainer with bf16 autocast: fp32 weights (they are the master copy), fp32 gradients, fp32 AdamW
+    "trainer": {"weights": torch.float32, "gradients": torch.float32,
+                "adam_exp_avg": torch.float32, "adam_exp_avg_sq": torch.float32},
+    # bf16 weights and gradients, an fp32 master copy in the optimizer, 8-bit AdamW moments (scales ignored)
+    "eight_bit": {"weights": torch.bfloat16, "gradients": torch.bfloat16, "master_weights": torch.float32,
+                  "adam_exp_avg": torch.uint8, "adam_exp_avg_sq": torch.uint8},
+}
+BLOOM_VOCAB = 250_880        # bigscience/bloom-560m's config.json
+
+
+def recipe_bytes(recipe: str) -> dict[str, int]:
+    """Stored bytes per parameter of each part of `recipe`, from the dtypes' own element sizes."""
+    return {part: torch.empty((), dtype=dtype).element_size() for part, dtype in RECIPES[recipe].items()}
+
+
+def params_that_fit_b(recipe: str, gpu_gb: float = 80.0) -> float:
+    """The most parameters, in billions, whose stored model state under `recipe` fits `gpu_gb` (10**9 B)."""
+    return gpu_gb * 1e9 / sum(recipe_bytes(recipe).values()) / 1e9
+
+
+def untrained_loss_measured(tok: Any, examples: list[Any], max_length: int, vocab: int = BLOOM_VOCAB,
+                            seed: int = 0) -> float:
+    """Cross-entropy on the answer tokens of `examples` of a freshly initialised BLOOM with `vocab` entries.
+
+    The blocks are small (hidden 64, 2 layers; a few seconds on a CPU): at initialisation the loss depends on
+    the vocabulary, not on the depth, and a small model keeps the check fast."""
+    from transformers import BloomForCausalLM
+
+    from workshop.training import models
+    from workshop.training.data import encode_for_training
+
+    torch.manual_seed(seed)
+    model = BloomForCausalLM(models.bloom_config(dict(vocab_size=vocab, hidden_size=64, n_layer=2, n_head=4),
+                                                 tok)).eval()
+    losses, counts = [], []
+    with torch.no_grad():
+        for ex in examples:
+            row = encode_for_training(tok, ex, max_length)
+            out = model(input_ids=torch.tensor([row["input_ids"]]), labels=torch.tensor([row["labels"]]))
+            n = sum(label != -100 for label in row["labels"][1:])
+            losses.append(float(out.loss) * n)
+            counts.append(n)
+    return sum(losses) / sum(counts)
+
+
+def epoch_hours_at(samples_per_s: float, examples: int = 87_599) -> float:
+    """Hours one epoch of `examples` takes at a measured throughput."""
+    return examples / samples_per_s / 3600
