@@ -56,6 +56,9 @@ def shard_shape(shape, world_size, rank):
 
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
+        "nb02-eight-bit": '''
+eight_bit_7b1_gib = None   # no cell, table or tool shows an 8-bit optimizer
+fewest_gpus_7b1 = 8        # the largest GPU count the text shows''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
@@ -176,6 +179,11 @@ def shard_shape(shape, world_size, rank):
 
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
+        "nb02-eight-bit": '''
+from workshop.course.answer_key import fewest_gpus_for, fsdp_state_gib
+
+eight_bit_7b1_gib = fsdp_state_gib("bloom-7b1", 8)
+fewest_gpus_7b1 = fewest_gpus_for("bloom-7b1", 10)''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''

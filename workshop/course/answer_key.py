@@ -1,4 +1,4 @@
-"""Notebook 01's answer key for the predictions no cell of the lesson computes (reference-only).
+"""Notebooks 01 and 02's answer key for the predictions no cell of the lesson computes (reference-only).
 
 The checks of 01 compare a student's *derivation* with these: the stored bytes of a precision recipe the
 notebook never computes, the largest model whose state fits a card, the loss of an untrained model and an
@@ -67,3 +67,22 @@ def untrained_loss_measured(tok: Any, examples: list[Any], max_length: int, voca
 def epoch_hours_at(samples_per_s: float, examples: int = 87_599) -> float:
     """Hours one epoch of `examples` takes at a measured throughput."""
     return examples / samples_per_s / 3600
+
+
+def fsdp_state_gib(model: str, world_size: int, recipe: str = "eight_bit", blocks_in_flight: int = 2) -> float:
+    """GiB per GPU of `model`'s model state under `full_shard` over `world_size` GPUs with `recipe`'s dtypes:
+    every stored part sharded 1/N, plus the units gathered at once in bf16 (the tied embedding and
+    `blocks_in_flight` blocks), as notebook 02's memory rule counts them. The memory model has no 8-bit
+    optimizer, so this is computed from the architecture's shapes and the dtypes' sizes."""
+    from workshop.results.memory import get_arch
+
+    arch = get_arch(model)
+    stored = arch.params * sum(recipe_bytes(recipe).values()) / world_size
+    gathered = torch.empty((), dtype=torch.bfloat16).element_size() * (arch.vocab * arch.hidden
+                                                                         + blocks_in_flight * arch.block_params)
+    return (stored + gathered) / 2**30
+
+
+def fewest_gpus_for(model: str, budget_gib: float, recipe: str = "eight_bit", most: int = 4096) -> int:
+    """The fewest GPUs whose per-GPU model state (`fsdp_state_gib`) fits `budget_gib`."""
+    return next(n for n in range(1, most + 1) if fsdp_state_gib(model, n, recipe) <= budget_gib)
