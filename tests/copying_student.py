@@ -87,6 +87,9 @@ def sent_elements(strategy, n_ranks, model, micro_batches=1):
 
 
 comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model) for name, spec in runs.items()}''',
+        "nb03-comm-bytes": '''
+sent_gb = {"ddp": 3.36, "shard_grad_op": 1.68, "full_shard": 2.13}   # the worked example of the text (4 V100s)
+fewer_bytes_than_ddp = ["shard_grad_op", "full_shard"]               # as the example has it''',
     },
     "04_multi_gpu": {
         "nb04-predict": '''
@@ -208,6 +211,11 @@ def sent_elements(strategy, n_ranks, model, micro_batches=1):
 
 comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model, micro_batches)
                    for name, spec in runs.items()}''',
+        "nb03-comm-bytes": '''
+from workshop.course import answer_key
+
+sent_gb = answer_key.node_sent_gb()
+fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s] < sent_gb["ddp"]]''',
         "nb03-settings": '''
 _row = challenge.load_sweep(lab.profile, lab.overrides).table().iloc[0]   # the sweep's fastest that fits
 my_settings = dict(sharding=str(_row["sharding"]), offload=bool(_row["offload"]),

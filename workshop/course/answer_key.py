@@ -1,4 +1,4 @@
-"""Notebooks 01 and 02's answer key for the predictions no cell of the lesson computes (reference-only).
+"""Notebooks 01, 02 and 03's answer key for the predictions no cell of the lesson computes (reference-only).
 
 The checks of 01 compare a student's *derivation* with these: the stored bytes of a precision recipe the
 notebook never computes, the largest model whose state fits a card, the loss of an untrained model and an
@@ -86,3 +86,23 @@ def fsdp_state_gib(model: str, world_size: int, recipe: str = "eight_bit", block
 def fewest_gpus_for(model: str, budget_gib: float, recipe: str = "eight_bit", most: int = 4096) -> int:
     """The fewest GPUs whose per-GPU model state (`fsdp_state_gib`) fits `budget_gib`."""
     return next(n for n in range(1, most + 1) if fsdp_state_gib(model, n, recipe) <= budget_gib)
+
+
+# Notebook 03's node that no job of the course runs: 8 GPUs, bf16, a global batch of 64 at micro-batch 4.
+A100_NODE = dict(model="bloom-560m", world_size=8, global_batch=64, micro_batch=4, precision="bf16")
+
+
+def sent_gb_per_step(model: str, strategy: str, world_size: int, grad_acc: int, precision: str = "bf16") -> float:
+    """GB (10**9 B) one rank sends in one optimizer step, every collective at its own dtype (the
+    communication model, `workshop.results.comm`: DDP's fp32 gradients, FSDP's 16-bit units, fp32 norms)."""
+    from workshop.results import comm
+
+    by_kind = comm.predict(model, strategy, world_size, precision=precision, grad_acc=grad_acc).by_kind(0)
+    return sum(sums["sent_bytes"] for sums in by_kind.values()) / 1e9
+
+
+def node_sent_gb(node: dict[str, Any] = A100_NODE) -> dict[str, float]:
+    """`sent_gb_per_step` of ddp, shard_grad_op and full_shard on `node` (micro-batches from its global batch)."""
+    grad_acc = node["global_batch"] // (node["world_size"] * node["micro_batch"])
+    return {s: sent_gb_per_step(node["model"], s, node["world_size"], grad_acc, node["precision"])
+            for s in ("ddp", "shard_grad_op", "full_shard")}
