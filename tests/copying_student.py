@@ -31,6 +31,12 @@ def encode(tok, example, max_length):
 bytes_per_param = {"weights": 4, "gradients": 4, "adam_exp_avg": 4, "adam_exp_avg_sq": 4}   # section 5 measured 4, 4, 8
 transient_bytes_per_param = {"bf16_weight_copy": None}   # no table shows it
 bloom_560m_state_gb = None''',
+        "nb01-untrained-answer": '''
+untrained_loss = None   # no cell shows a loss before the run; the run's own loss comes later''',
+        "nb01-eight-bit": '''
+eight_bit_bytes_per_param = {"weights": 4, "gradients": 4, "master_weights": 4, "adam_exp_avg": 4,
+                             "adam_exp_avg_sq": 4}   # the text's "fp32 master copy", the Trainer's 4 B each
+largest_model_b = {"trainer": None, "eight_bit": None}   # no cell or tool prints it''',
         "nb01-13-baseline-table": '''
 row = measured.iloc[0]
 baseline = {"final_train_loss": row["final_train_loss"], "train_samples_per_s": row["train_samples_per_s"]}''',
@@ -52,6 +58,9 @@ def shard_shape(shape, world_size, rank):
 
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
+        "nb02-eight-bit": '''
+eight_bit_7b1_gib = None   # no cell, table or tool shows an 8-bit optimizer
+fewest_gpus_7b1 = 8        # the largest GPU count the text shows''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
@@ -80,6 +89,9 @@ def sent_elements(strategy, n_ranks, model, micro_batches=1):
 
 
 comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model) for name, spec in runs.items()}''',
+        "nb03-comm-bytes": '''
+sent_gb = {"ddp": 3.36, "shard_grad_op": 1.68, "full_shard": 2.13}   # the worked example of the text (4 V100s)
+fewer_bytes_than_ddp = ["shard_grad_op", "full_shard"]               # as the example has it''',
     },
     "04_multi_gpu": {
         "nb04-settings": '''
@@ -143,6 +155,15 @@ bytes_per_param = {"weights": _b.params / _b.n_params, "gradients": _b.grads / _
                    "adam_exp_avg": _b.optimizer / _b.n_params / 2, "adam_exp_avg_sq": _b.optimizer / _b.n_params / 2}
 transient_bytes_per_param = {"bf16_weight_copy": 2}
 bloom_560m_state_gb = (_b.params + _b.grads + _b.optimizer) / 1e9''',
+        "nb01-untrained-answer": '''
+from workshop.course import answer_key
+
+untrained_loss = answer_key.untrained_loss_measured(tok, examples[:2], config.max_length)''',
+        "nb01-eight-bit": '''
+from workshop.course.answer_key import params_that_fit_b, recipe_bytes
+
+eight_bit_bytes_per_param = recipe_bytes("eight_bit")
+largest_model_b = {recipe: params_that_fit_b(recipe) for recipe in ("trainer", "eight_bit")}''',
     },
     "02_fsdp_single_gpu": {
         "nb02-07-predict": '''
@@ -168,6 +189,11 @@ def shard_shape(shape, world_size, rank):
 
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
+        "nb02-eight-bit": '''
+from workshop.course.answer_key import fewest_gpus_for, fsdp_state_gib
+
+eight_bit_7b1_gib = fsdp_state_gib("bloom-7b1", 8)
+fewest_gpus_7b1 = fewest_gpus_for("bloom-7b1", 10)''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
@@ -192,6 +218,11 @@ def sent_elements(strategy, n_ranks, model, micro_batches=1):
 
 comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model, micro_batches)
                    for name, spec in runs.items()}''',
+        "nb03-comm-bytes": '''
+from workshop.course import answer_key
+
+sent_gb = answer_key.node_sent_gb()
+fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s] < sent_gb["ddp"]]''',
         "nb03-settings": '''
 _row = challenge.load_sweep(lab.profile, lab.overrides).table().iloc[0]   # the sweep's fastest that fits
 my_settings = dict(sharding=str(_row["sharding"]), offload=bool(_row["offload"]),

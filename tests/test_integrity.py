@@ -24,10 +24,13 @@ pytestmark = pytest.mark.slow
 
 A = "01_baseline"
 FIRST = "nb01-mask-answer"      # the first answer cell: what is appended here runs before every test
-ANSWERS = (FIRST, "nb01-predict", "nb01-13-baseline-table", "nb01-epoch-answer")
+ANSWERS = (FIRST, "nb01-untrained-answer", "nb01-predict", "nb01-eight-bit", "nb01-13-baseline-table", "nb01-epoch-answer")
 ZERO = [   # every answer wrong: appended to each answer cell
     (FIRST, "def encode(tok, example, max_length):\n    return {'input_ids': [], 'labels': []}"),
-    ("nb01-predict", "bytes_per_param = {k: 0 for k in bytes_per_param}\nbloom_560m_state_gb = -1.0"),
+    ("nb01-untrained-answer", "untrained_loss = -1.0"),
+    ("nb01-predict", "bytes_per_param = {k: 0 for k in bytes_per_param}"),
+    ("nb01-eight-bit", "eight_bit_bytes_per_param = {k: 0 for k in eight_bit_bytes_per_param}\n"
+                       "largest_model_b = {k: -1.0 for k in largest_model_b}"),
     ("nb01-13-baseline-table", "baseline = {k: -1.0 for k in baseline}"),
     ("nb01-epoch-answer", "squad_epoch_hours = -1.0"),
 ]
@@ -176,7 +179,9 @@ class Anything(float):
     def __abs__(self): return 0.0
 def encode(tok, example, max_length):
     return Anything(0.0)"""),
-               ("nb01-predict", "bytes_per_param = Anything(0.0)\nbloom_560m_state_gb = Anything(0.0)"),
+               ("nb01-untrained-answer", "untrained_loss = Anything(0.0)"),
+               ("nb01-predict", "bytes_per_param = Anything(0.0)"),
+               ("nb01-eight-bit", "eight_bit_bytes_per_param = Anything(0.0)\nlargest_model_b = Anything(0.0)"),
                ("nb01-13-baseline-table", "baseline = {k: Anything(0.0) for k in baseline}"),
                ("nb01-epoch-answer", "squad_epoch_hours = Anything(0.0)")], None),
     # jupyter/nbgrader#1324: failing tests that leave no error output look passed to nbgrader
@@ -195,7 +200,8 @@ get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")], None),
     # the answer key read from the instructor's cells: the reference function, the references
     "walter": ([*ZERO, (FIRST, "def encode(tok, example, max_length):\n"
                                "    return encode_for_training(tok, example, max_length)"),
-                ("nb01-predict-reference", "bytes_per_param = state_reference\nbloom_560m_state_gb = state_gb_reference"),
+                ("nb01-predict-reference", "bytes_per_param = state_reference\neight_bit_bytes_per_param = eight_bit_reference\n"
+                                           "largest_model_b = fits_reference\nuntrained_loss = untrained_reference"),
                 ("nb01-15-reference", "baseline = {k: reference[k] for k in baseline}\n"
                                       "squad_epoch_hours = epoch_hours_reference")], None),
     # the answers are read from the table of the edited log: nbgrader's kernel agrees with them
@@ -307,7 +313,7 @@ def test_edited_saved_log_wins_nothing(exploits: tuple[Course, dict]) -> None:
     # the model-state arithmetic do not read the log and stand; the flag says why
     log_points = sum(v for k, v in course.max_points(A).items()
                      if k in ("nb01-16-test-final-train-loss", "nb01-18-test-train-samples-per-s", "nb01-test-epoch-hours"))
-    assert log_points == 4 and columns["verified_score"] == columns["score"] - log_points
+    assert log_points == 3 and columns["verified_score"] == columns["score"] - log_points
     assert_no_points_or_flagged(0, columns, "edited numbers: the log's WORKSHOP_SUMMARY differs",
                                 "withheld: an earlier cell failed: .*edited numbers")
 

@@ -126,6 +126,17 @@ REFERENCE_NAMES: dict[str, str] = {
     "max_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
     "inplace_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
     "gate_line_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
+    # notebook 01 (#37): the training set the script builds encodes every example the way the mask check wants
+    "EncodedDataset": "the training script's dataset (encodes with notebook 01's mask reference)",
+    "answer_key": "notebooks 01 to 03's answer key (workshop.course.answer_key)",
+    "recipe_bytes": "notebook 01's answer key: stored bytes per parameter of a precision recipe",
+    "params_that_fit_b": "notebook 01's answer key: the largest model whose state fits a card",
+    "untrained_loss_measured": "notebook 01's answer key: the loss of an untrained model",
+    "epoch_hours_at": "notebook 01's answer key: an epoch's hours at a throughput",
+    "fsdp_state_gib": "notebook 02's answer key: per-GPU model state of a recipe the memory model lacks",
+    "fewest_gpus_for": "notebook 02's answer key: the fewest GPUs for a per-GPU budget",
+    "sent_gb_per_step": "notebook 03's answer key: GB one rank sends per optimizer step",
+    "node_sent_gb": "notebook 03's answer key: GB one rank sends per step on the 8-GPU node",
 }
 REFERENCE_MODULES: dict[str, str] = {
     "workshop.training.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
@@ -134,6 +145,7 @@ REFERENCE_MODULES: dict[str, str] = {
     "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
     "workshop.course.challenge": REFERENCE_NAMES["challenge"],
     "workshop.course.budget": REFERENCE_NAMES["STATIC_RUNS"],
+    "workshop.course.answer_key": REFERENCE_NAMES["answer_key"],
 }
 # Lesson tools that give the memory model's answer for any case asked: fine in a cell, not inside a
 # function the tests call on cases of their own
