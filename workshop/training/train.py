@@ -359,7 +359,8 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     batch_probe = GlobalBatchProbe(counter)
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter)
+                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter,
+                            loss=cfg.loss)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -433,6 +434,10 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "sample_predictions": after.get("examples"),
         "train_runtime_s": round(train_runtime, 2),
         "comm": comm.summary(train_runtime),
+        # which loss ran (workshop.training.loss), and the positions one micro-batch of the tensor-memory
+        # step projected onto the vocabulary on each rank (the memory model's logits rows)
+        "loss": cfg.loss,
+        "logits_positions_per_rank": _all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
                    launcher=launched_with(os.environ))
