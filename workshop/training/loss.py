@@ -102,9 +102,32 @@ def chunked_loss(project: Any, hidden: torch.Tensor, labels: torch.Tensor,
 LOSS_FUNCTIONS = {"answer_only": answer_only_loss, "chunked": chunked_loss}
 
 
+class LogitsMeter:
+    """The bytes of the largest logits tensor lm_head built (one call's output): the tensor this module
+    shrinks, measured where it is made. Full loss: lm_head's output (b, s, V); answer_only: (answer
+    positions, V); chunked: one chunk's (positions / CHUNKS, V)."""
+
+    def __init__(self) -> None:
+        self.largest = 0
+
+    def saw(self, logits: torch.Tensor) -> torch.Tensor:
+        self.largest = max(self.largest, logits.numel() * logits.element_size())
+        return logits
+
+    @contextlib.contextmanager
+    def watching(self, lm_head: torch.nn.Module) -> Iterator[None]:
+        """Meter lm_head's own output while the model's forward runs with the full loss."""
+        handle = lm_head.register_forward_hook(lambda _m, _i, out: self.saw(out) if torch.is_tensor(out) else None)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+
 @contextlib.contextmanager
 def head_computes_loss(lm_head: torch.nn.Module, loss: str, labels: torch.Tensor,
-                       num_items_in_batch: torch.Tensor | int | None = None) -> Iterator[None]:
+                       num_items_in_batch: torch.Tensor | int | None = None,
+                       meter: LogitsMeter | None = None) -> Iterator[None]:
     """For one forward of the (wrapped) model: lm_head returns `loss`'s value instead of logits.
 
     lm_head is called by the model's forward, inside the FSDP/DDP root, on the final hidden states
@@ -113,8 +136,11 @@ def head_computes_loss(lm_head: torch.nn.Module, loss: str, labels: torch.Tensor
     if loss not in LOSS_FUNCTIONS:
         raise ValueError(f"loss {loss!r} is computed by the model itself; head_computes_loss serves "
                          f"{', '.join(LOSS_FUNCTIONS)}")
-    project = type(lm_head).forward.__get__(lm_head)
+    own = type(lm_head).forward.__get__(lm_head)
     compute = LOSS_FUNCTIONS[loss]
+
+    def project(hidden: torch.Tensor) -> torch.Tensor:
+        return meter.saw(own(hidden)) if meter is not None else own(hidden)
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         return compute(project, hidden, labels, num_items_in_batch)
@@ -127,11 +153,11 @@ def head_computes_loss(lm_head: torch.nn.Module, loss: str, labels: torch.Tensor
 
 
 def model_loss(model: torch.nn.Module, lm_head: torch.nn.Module, inputs: dict[str, Any], loss: str,
-               num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+               num_items_in_batch: torch.Tensor | int | None = None, meter: LogitsMeter | None = None) -> torch.Tensor:
     """The loss of one micro-batch under `loss` (answer_only or chunked): `model` is what the Trainer
     calls (FSDP2 root, DDP wrapper or the bare model), `lm_head` the module inside it."""
     inputs = dict(inputs)
     labels = inputs.pop("labels")
-    with head_computes_loss(lm_head, loss, labels, num_items_in_batch):
+    with head_computes_loss(lm_head, loss, labels, num_items_in_batch, meter):
         out = model(**inputs)
     return out["logits"] if isinstance(out, dict) else out[0]

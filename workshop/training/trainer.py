@@ -3,6 +3,7 @@ callback that checkpoints when Slurm warns of the time limit."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
@@ -21,6 +22,8 @@ class CourseTrainer(Trainer):
         self.loss_setting = loss
         # optimizer step -> the most positions one micro-batch projected onto the vocabulary (summary.json)
         self.logits_positions: dict[int, int] = {}
+        # optimizer step -> bytes of the largest logits tensor lm_head built in it (LogitsMeter)
+        self.logits_bytes: dict[int, int] = {}
         super().__init__(*args, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
@@ -52,16 +55,23 @@ class CourseTrainer(Trainer):
         model's full loss and logits): workshop.training.loss, inside the wrapped model's forward, with the
         Trainer's normalisation (num_items_in_batch, and its rescaling when tokens are averaged across ranks)."""
         labels = inputs.get("labels")
-        if labels is not None and model.training:
+        training = labels is not None and model.training and not return_outputs
+        lm_head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        meter = course_loss.LogitsMeter()
+        if training:
             step = self.state.global_step + 1
             positions = course_loss.logits_positions(labels, self.loss_setting)
             self.logits_positions[step] = max(self.logits_positions.get(step, 0), positions)
-        if self.loss_setting == "full" or return_outputs or labels is None or not model.training:
-            return super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                        num_items_in_batch=num_items_in_batch)
-        lm_head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        if self.loss_setting == "full" or not training:
+            with meter.watching(lm_head) if training else contextlib.nullcontext():
+                result = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                              num_items_in_batch=num_items_in_batch)
+            if training:
+                self.logits_bytes[step] = max(self.logits_bytes.get(step, 0), meter.largest)
+            return result
         value = course_loss.model_loss(model, lm_head, inputs, self.loss_setting,
-                                       num_items_in_batch if self.model_accepts_loss_kwargs else None)
+                                       num_items_in_batch if self.model_accepts_loss_kwargs else None, meter)
+        self.logits_bytes[step] = max(self.logits_bytes.get(step, 0), meter.largest)
         # as Trainer.compute_loss: a sum over this rank's tokens divided by the count over all ranks,
         # multiplied back by the ranks (the gradient all-reduce/reduce-scatter averages over them)
         if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs and num_items_in_batch is not None:
