@@ -136,3 +136,40 @@ def test_a_bad_loss_setting_names_the_field_and_the_fix() -> None:
     assert e.value.field == "loss" and "answer_only" in str(e.value)
     assert load_config(overrides={"loss": "Answer-Only"}).loss == "answer_only"
     assert load_config().loss == "full"
+
+
+def test_memory_model_logits_by_hand() -> None:
+    """The logits tensor by the loss setting, worked out from its definition (positions x V x bytes):
+    BLOOM-560M, bf16, a micro-batch of 8 x 512 with 8 answer positions per example."""
+    from workshop.results import memory
+
+    V = 250880
+    full = memory.estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
+    answer = memory.estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, loss="answer_only", answer_tokens=64)
+    chunked = memory.estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, loss="chunked")
+    assert full.logits == 8 * 512 * V * 2
+    assert answer.logits == 64 * V * 2
+    assert chunked.logits == 512 * V * 2   # 4,096 positions in CHUNKS = 8 chunks
+    # the settings change activations and the step's peak, never what FSDP shards
+    for bd in (answer, chunked):
+        assert (bd.params, bd.grads, bd.optimizer) == (full.params, full.grads, full.optimizer)
+        assert bd.activations < full.activations and bd.peak < full.peak
+    # the full loss's activations hold 10 B per logits element in 16-bit (bf16 logits, fp32 upcast, CE's copy)
+    assert full.activations - answer.activations >= 10 * (8 * 512 - 64) * V * 0.95
+    with pytest.raises(ValueError, match="answer_tokens"):
+        memory.estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, loss="answer_only")
+    assert CHUNKS == memory.CHUNKS
+
+
+def test_explorer_shows_the_larger_micro_batch_a_small_loss_allows() -> None:
+    from workshop.course.explorer import GPUS, explore
+
+    full = explore(draw=False)
+    answer = explore(draw=False, loss="answer_only", answer_length=8)
+    assert answer.largest_batch_full == full.largest_batch
+    for gpu in GPUS:
+        assert answer.largest_batch[gpu] > 2 * full.largest_batch[gpu] > 0
+        # the largest batch fits and one more does not, by the model's own figures
+        b = answer.largest_batch[gpu]
+        assert explore(draw=False, loss="answer_only", answer_length=8, batch_size=b).fits[gpu]
+        assert not explore(draw=False, loss="answer_only", answer_length=8, batch_size=b + 1).fits[gpu]
