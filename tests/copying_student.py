@@ -50,6 +50,14 @@ def shard_shape(shape, world_size, rank):
 
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
+        "nb02-logits-predict": '''
+def logits_mb(batch_size, seq_len, answer_positions, vocab, precision, loss):
+    return 0.5 * batch_size * seq_len   # the text: "about half a megabyte per position"
+
+
+logits_prediction = {loss: logits_mb(6, 384, None, 250880, "bf16", loss) for loss in ("full", "answer_only")}''',
+        "nb02-logits-settings": '''
+my_logits_settings = {"loss": "answer_only"}   # the setting the text names''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
@@ -161,6 +169,19 @@ def shard_shape(shape, world_size, rank):
 
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
+        "nb02-logits-predict": '''
+from workshop.results.memory import estimate
+
+
+def logits_mb(batch_size, seq_len, answer_positions, vocab, precision, loss):
+    model = next(m for m in ("tiny", "bloom-560m") if get_arch(m).vocab == vocab)
+    bd = estimate(model, "full_shard", 1, precision, batch_size, seq_len, loss=loss, answer_tokens=answer_positions)
+    return bd.logits / 2**20
+
+
+logits_prediction = {loss: logits_mb(6, 384, 36, 250880, "bf16", loss) for loss in ("full", "answer_only")}''',
+        "nb02-logits-settings": '''
+my_logits_settings = {"loss": "answer_only"}''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''

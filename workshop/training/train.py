@@ -438,6 +438,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         # step projected onto the vocabulary on each rank (the memory model's logits rows)
         "loss": cfg.loss,
         "logits_positions_per_rank": _all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
+        "answer_positions_per_rank": _all_gather(trainer.answer_positions.get(tensor_mem.measure_step)),
         # the largest logits tensor lm_head built in that step, MB (LogitsMeter: its output's bytes)
         "logits_mb_per_rank": _all_gather(round(trainer.logits_bytes.get(tensor_mem.measure_step, 0) / 2**20, 4)),
     }

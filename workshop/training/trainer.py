@@ -22,6 +22,8 @@ class CourseTrainer(Trainer):
         self.loss_setting = loss
         # optimizer step -> the most positions one micro-batch projected onto the vocabulary (summary.json)
         self.logits_positions: dict[int, int] = {}
+        # optimizer step -> the most positions with an answer token next in one micro-batch (any loss setting)
+        self.answer_positions: dict[int, int] = {}
         # optimizer step -> bytes of the largest logits tensor lm_head built in it (LogitsMeter)
         self.logits_bytes: dict[int, int] = {}
         super().__init__(*args, **kwargs)
@@ -62,6 +64,8 @@ class CourseTrainer(Trainer):
             step = self.state.global_step + 1
             positions = course_loss.logits_positions(labels, self.loss_setting)
             self.logits_positions[step] = max(self.logits_positions.get(step, 0), positions)
+            answers = course_loss.logits_positions(labels, "answer_only")
+            self.answer_positions[step] = max(self.answer_positions.get(step, 0), answers)
         if self.loss_setting == "full" or not training:
             with meter.watching(lm_head) if training else contextlib.nullcontext():
                 result = super().compute_loss(model, inputs, return_outputs=return_outputs,
