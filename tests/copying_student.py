@@ -61,6 +61,14 @@ rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_sha
         "nb02-eight-bit": '''
 eight_bit_7b1_gib = None   # no cell, table or tool shows an 8-bit optimizer
 fewest_gpus_7b1 = 8        # the largest GPU count the text shows''',
+        "nb02-logits-predict": '''
+def logits_mb(batch_size, seq_len, answer_positions, vocab, precision, loss):
+    return 0.5 * batch_size * seq_len   # the text: "about half a megabyte per position"
+
+
+logits_prediction = {loss: logits_mb(6, 384, None, 250880, "bf16", loss) for loss in ("full", "answer_only")}''',
+        "nb02-logits-settings": '''
+my_logits_settings = {"loss": "answer_only"}   # the setting the text names''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
@@ -194,6 +202,19 @@ from workshop.course.answer_key import fewest_gpus_for, fsdp_state_gib
 
 eight_bit_7b1_gib = fsdp_state_gib("bloom-7b1", 8)
 fewest_gpus_7b1 = fewest_gpus_for("bloom-7b1", 10)''',
+        "nb02-logits-predict": '''
+from workshop.results.memory import estimate
+
+
+def logits_mb(batch_size, seq_len, answer_positions, vocab, precision, loss):
+    model = next(m for m in ("tiny", "bloom-560m") if get_arch(m).vocab == vocab)
+    bd = estimate(model, "full_shard", 1, precision, batch_size, seq_len, loss=loss, answer_tokens=answer_positions)
+    return bd.logits / 2**20
+
+
+logits_prediction = {loss: logits_mb(6, 384, 36, 250880, "bf16", loss) for loss in ("full", "answer_only")}''',
+        "nb02-logits-settings": '''
+my_logits_settings = {"loss": "answer_only"}''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''

@@ -197,3 +197,17 @@ def test_the_fixture_path_never_imports_datasets() -> None:
              "print(is_datasets_available(), sorted(m for m in ('datasets', 'pandas', 'pyarrow') if sys.modules.get(m)))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True).stdout
     assert out.splitlines()[-1] == "False []"
+
+
+@pytest.mark.parametrize("loss", ["answer_only"])
+def test_answer_only_loss_matches_the_full_loss_under_full_shard_at_2_ranks(runs: RunCache, loss: str) -> None:
+    """The answer-only loss, computed inside the FSDP2 root with the tied lm_head, trains the same model:
+    the same training loss and eval losses at every evaluation, far fewer logits."""
+    full = runs.get("--sharding", "full_shard", nproc=2).summary
+    small = runs.get("--sharding", "full_shard", "--loss", loss, nproc=2).summary
+    assert (full["loss"], small["loss"]) == ("full", loss)
+    assert small["train_loss"] == pytest.approx(full["train_loss"], rel=1e-5)
+    assert small["eval_losses"] == pytest.approx(full["eval_losses"], rel=1e-5)
+    assert full["eval_losses"][0] - full["eval_losses"][-1] > 0.1   # the runs trained: equality is not vacuous
+    for f, a in zip(full["logits_mb_per_rank"], small["logits_mb_per_rank"]):
+        assert 0 < 10 * a < f

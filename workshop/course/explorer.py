@@ -25,6 +25,9 @@ MODELS: dict[str, Any] = {
     "bloom-3b": "bloom-3b", "bloom-7b1": "bloom-7b1", "bloom-h5120-l40 (~13B)": bloom_family_arch(5120, 40)}
 STRATEGIES = ("none", "ddp", "full_shard", "shard_grad_op")
 PRECISIONS = ("bf16", "fp32", "fp16")
+LOSSES = ("full", "answer_only", "chunked")
+ANSWER_LENGTH = 8   # answer tokens per example (EOS included) the explorer assumes for answer_only
+MAX_MICRO_BATCH = 4096
 
 
 @dataclass
@@ -35,6 +38,9 @@ class Exploration:
     fits: dict[str, bool]
     figure: Any
     notes: list[str] = field(default_factory=list)  # controls the setting ignores, and why
+    # GPU -> the largest micro-batch that fits, with this loss setting and with the full loss (0: not even 1)
+    largest_batch: dict[str, int] = field(default_factory=dict)
+    largest_batch_full: dict[str, int] = field(default_factory=dict)
 
     @property
     def mb(self) -> dict[str, float]:
@@ -43,8 +49,9 @@ class Exploration:
 
 def explore(model: str = "bloom-560m", batch_size: int = 8, max_length: int = 512, precision: str = "bf16",
             sharding: str = "full_shard", offload: bool = False, activation_checkpointing: bool = False,
-            gpus: int = 4, draw: bool = True) -> Exploration:
-    """The memory model for one setting; `draw=False` skips the figure (fast, for sweeps)."""
+            gpus: int = 4, draw: bool = True, loss: str = "full", answer_length: int = ANSWER_LENGTH) -> Exploration:
+    """The memory model for one setting; `draw=False` skips the figure (fast, for sweeps). `loss` is the
+    training loss (workshop.training.loss); answer_only projects `answer_length` positions per example."""
     arch = get_arch(MODELS.get(model, model))
     notes = []
     if sharding == "none" and gpus != 1:
@@ -54,13 +61,37 @@ def explore(model: str = "bloom-560m", batch_size: int = 8, max_length: int = 51
         offload = False
         notes.append(f"offload ignored: CPU offload moves FSDP's shards to the host, and {sharding} has none "
                      "(choose full_shard or shard_grad_op to offload)")
-    bd = estimate(arch, sharding, gpus, precision, batch_size, max_length, offload, activation_checkpointing)
+    answers = min(answer_length, max_length)
+
+    def predict(batch: int, which: str = loss) -> Breakdown:
+        return estimate(arch, sharding, gpus, precision, batch, max_length, offload, activation_checkpointing,
+                        loss=which, answer_tokens=batch * answers)
+
+    bd = predict(batch_size)
     # a GPU holds what the allocator holds: the tracker's peak plus DDP's gradient buckets (gpu_peak)
     fits = {name: bd.gpu_peak <= usable for name, usable in GPUS.items()}
+    largest = {name: largest_micro_batch(predict, usable) for name, usable in GPUS.items()}
+    largest_full = largest if loss == "full" else \
+        {name: largest_micro_batch(lambda b: predict(b, "full"), usable) for name, usable in GPUS.items()}
+    loss_label = "" if loss == "full" else f", {loss} loss" + (f" ({answers} answer tokens)" if loss == "answer_only" else "")
     figure = draw_breakdown(bd, f"{model}, {sharding} on {gpus} GPU(s), b={batch_size}, s={max_length}, "
-                                f"{precision}{', offload' if offload else ''}{', AC' if activation_checkpointing else ''}",
-                            fits) if draw else None
-    return Exploration(bd, fits, figure, notes)
+                                f"{precision}{', offload' if offload else ''}{', AC' if activation_checkpointing else ''}"
+                                f"{loss_label}", fits) if draw else None
+    return Exploration(bd, fits, figure, notes, largest, largest_full)
+
+
+def largest_micro_batch(predict: Any, usable: float) -> int:
+    """The largest micro-batch whose predicted GPU peak fits `usable` bytes (0 if even 1 does not), by
+    bisection: the peak grows with the batch."""
+    if predict(1).gpu_peak > usable:
+        return 0
+    lo, hi = 1, MAX_MICRO_BATCH
+    if predict(hi).gpu_peak <= usable:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if predict(mid).gpu_peak <= usable else (lo, mid)
+    return lo
 
 
 def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:
@@ -115,6 +146,9 @@ def memory_explorer() -> Any:
         for note in result.notes:
             print(f"note: {note}")
         print("fits: " + ", ".join(f"{g} {'yes' if ok else 'no'}" for g, ok in result.fits.items()))
+        print("largest micro-batch that fits: " + ", ".join(
+            f"{g} {result.largest_batch[g]}" + ("" if settings["loss"] == "full" else f" (full loss: {result.largest_batch_full[g]})")
+            for g in GPUS))
         return result  # the widget keeps it as `.result`
 
     return widgets.interactive(
@@ -127,6 +161,8 @@ def memory_explorer() -> Any:
         offload=widgets.Checkbox(value=False),
         activation_checkpointing=widgets.Checkbox(value=False),
         gpus=widgets.Dropdown(options=[1, 2, 4, 8, 16], value=4),
+        loss=widgets.Dropdown(options=LOSSES, value="full"),
+        answer_length=widgets.IntSlider(value=ANSWER_LENGTH, min=1, max=64),
     )
 
 

@@ -113,6 +113,7 @@ REFERENCE_NAMES: dict[str, str] = {
     "estimate": "the memory model (workshop.results.memory)",
     "estimate_config": "the memory model (workshop.results.memory)",
     "root_params": "the memory model's count of the root unit",
+    "logits_rows": "the memory model's positions projected onto the vocabulary per loss setting (notebook 02's logits)",
     "fsdp_rules": "the rules the predictions are graded against (workshop.training.fsdp_rules)",
     "traffic": "the network traffic rule (workshop.results.traffic)",
     "comm": "the communication model (workshop.results.comm): every collective a step runs",

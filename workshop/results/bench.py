@@ -60,6 +60,7 @@ class BenchConfig:
     changes: dict[str, Any]
     pad_to: int = 0  # > 0: every batch padded to this many tokens (the seed recipe)
     course_batch: bool = True  # use the bench's --batch-size (False: the recipe fixes its own batch)
+    fit_batch: bool = False  # on a GPU: the largest micro-batch the memory model says fits the card
 
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
@@ -77,7 +78,27 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                 dict(precision="bf16", sharding="full_shard", offload=True)),
     BenchConfig("activation_checkpointing", "FSDP2 full_shard with activation checkpointing per BloomBlock",
                 dict(precision="bf16", sharding="full_shard", activation_checkpointing=True)),
+    BenchConfig("answer_only", "FSDP2 full_shard, logits only at answer positions (loss=answer_only), at the "
+                "largest micro-batch the memory model says fits the GPU",
+                dict(precision="bf16", sharding="full_shard", loss="answer_only"), fit_batch=True),
 )}
+
+# answer_only's batch search assumes this many answer positions per example (the fixture's answers
+# with EOS are 2 to 12 tokens); the run itself reads back the positions it projected
+FIT_ANSWER_TOKENS = 12
+
+
+def fitting_batch(changes: dict[str, Any], model: str, gpu_bytes: int, limit: int = 1024) -> int:
+    """The largest micro-batch whose predicted GPU peak (memory.estimate, at SEQ_LEN) fits `gpu_bytes`,
+    less the CUDA context; at least 1."""
+    from workshop.course.explorer import CUDA_CONTEXT, largest_micro_batch
+    from workshop.results import memory
+
+    def predict(batch: int) -> Any:
+        return memory.estimate(model, changes.get("sharding", "none"), 1, changes.get("precision", "bf16"), batch,
+                               SEQ_LEN, loss=changes.get("loss", "full"), answer_tokens=batch * FIT_ANSWER_TOKENS)
+
+    return max(1, min(limit, largest_micro_batch(predict, gpu_bytes - CUDA_CONTEXT)))
 
 
 # ---------------------------------------------------------------------------------------- paths
@@ -171,6 +192,11 @@ def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup
     changes = dict(bc.changes)
     if bc.course_batch:
         changes.update(batch_size=batch_size, grad_acc=1)
+    if bc.fit_batch and device == "cuda":
+        import torch
+
+        changes.update(batch_size=fitting_batch(changes, model, torch.cuda.get_device_properties(0).total_memory),
+                       grad_acc=1)
     if device == "cpu":
         changes["precision"] = "fp32"
     max_steps = steps_to_measure(warmup, measure)
@@ -263,15 +289,19 @@ def steady_state(records: list[dict[str, Any]], warmup: int) -> dict[str, Any]:
             "step_time_s_median": round(statistics.median(r["step_time_s"] for r in kept), 4)}
 
 
-def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None) -> dict[str, Any]:
+def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None,
+            answer_tokens: int | None = None) -> dict[str, Any]:
     """The memory model's prediction for what ran, at the widest batch the run trained on (dynamic
     padding: the longest example; the seed recipe: the fixed width). A run that read back a DDP
     wrapper is predicted as ddp (`predicted_as` says which); a one-process 'none' run is a plain model."""
     from workshop.results import memory
 
     sharding = "ddp" if cfg.sharding == "none" and wrapper == "DistributedDataParallel" else cfg.sharding
+    if cfg.loss == "answer_only" and answer_tokens is None:
+        answer_tokens = cfg.batch_size * FIT_ANSWER_TOKENS   # before the run: the search's assumption
     bd = memory.estimate(cfg.model, sharding, cfg.world_size, cfg.precision, cfg.batch_size, seq_len,
-                         cfg.offload, cfg.activation_checkpointing, cfg.replicas)
+                         cfg.offload, cfg.activation_checkpointing, cfg.replicas, loss=cfg.loss,
+                         answer_tokens=answer_tokens)
     # what a GPU's allocator holds: the tracker's peak plus DDP's gradient buckets
     return {"seq_len": seq_len, "predicted_as": sharding, "total_mb": round(bd.gpu_peak / memory.MB, 1),
             "components_mb": {k: round(v, 1) for k, v in bd.as_mb().items()}}
@@ -308,7 +338,8 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
         row.update(status="failed", error=diagnosis(run_dir, log))
         return row
     summary = json.loads(summary_path.read_text())
-    row["prediction"] = predict(cfg, seq, summary.get("wrapper"))
+    positions = summary.get("logits_positions_per_rank") or [None]
+    row["prediction"] = predict(cfg, seq, summary.get("wrapper"), positions[0] if cfg.loss == "answer_only" else None)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     stats = steady_state(records, warmup)
     measured = summary.get("peak_mem_mb")
@@ -320,7 +351,8 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
         steps=summary.get("steps"), warmup_steps=warmup, **stats,
         peak_mem_mb=measured, peak_reserved_mb=summary.get("peak_reserved_mb"), mem_kind=summary.get("mem_kind"),
         memory_rel_error=round((row["prediction"]["total_mb"] - measured) / measured, 4) if comparable else None,
-        train_loss=summary.get("train_loss"),
+        train_loss=summary.get("train_loss"), loss=summary.get("loss"),
+        logits_mb=(summary.get("logits_mb_per_rank") or [None])[0],
         records=[{k: r.get(k) for k in ("step", "loss", "step_time_s", "samples_per_s", "tokens_per_s", "tflops",
                                         "mfu", "peak_mem_mb", "peak_reserved_mb")}
                  for r in records if r.get("kind") == "train"],

@@ -39,6 +39,15 @@ Categories (each one's own peak over a training step, as workshop.training.tenso
 - peak: at the start of backward: stored params + gathered units + optimizer state + activations +
   the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
   the largest activations of all.
+- logits (part of activations): the logits tensor lm_head builds, positions x V in the compute dtype,
+  by the `loss` setting (workshop.training.loss): full every b·s position; answer_only only the
+  positions whose next token is an answer token (`answer_tokens`, summed over the micro-batch);
+  chunked one chunk, ceil(b·s / CHUNKS). summary.json's `logits_mb_per_rank` measures it. With a
+  small loss, what cross-entropy keeps shrinks with it (the 8 | 10 bytes per row·V above, the loss
+  gradient, the backward temporaries), and the activation category may peak in backward instead:
+  at the last block, on the forward's activations, 4 bytes per b·a·s² element and 20 per x·h
+  (the attention scores' gradient and h-sized ones: calibrated on fp32 tiny runs, 1 process and
+  full_shard at 2 ranks, within 1 %), with 40 bytes per x·h of temporaries on top at the peak.
 - host_*: with offload, the sharded params, grads and AdamW state live in host memory.
 - ddp_buckets (DDP only): the reducer's gradient buckets, one fp32 copy of every gradient (4 bytes per
   parameter; the Trainer leaves gradient_as_bucket_view off). DDP allocates them in C++ when it wraps
@@ -137,6 +146,7 @@ class Breakdown:
     host_optimizer: int = 0
     unsharded_grads: int = 0  # FSDP: full gradients before their reduce-scatter (counted in `other`)
     ddp_buckets: int = 0  # DDP's gradient buckets: in `gpu_peak`, not in `peak` (the tracker cannot see them)
+    logits: int = 0  # the logits tensor lm_head builds (positions x V, compute dtype), by the loss setting
     n_params: int = 0
     shard_size: int = 1
     notes: list[str] = field(default_factory=list)
@@ -161,7 +171,7 @@ class Breakdown:
         return self.host_params + self.host_grads + self.host_optimizer
 
     def as_mb(self) -> dict[str, float]:
-        out = {c: getattr(self, c) / MB for c in (*CATEGORIES, "peak", *HOST, "unsharded_grads", "ddp_buckets")}
+        out = {c: getattr(self, c) / MB for c in (*CATEGORIES, "peak", *HOST, "unsharded_grads", "ddp_buckets", "logits")}
         out["gpu_peak"] = self.gpu_peak / MB
         out["host"] = self.cpu / MB
         out["total"] = self.total_mb
@@ -206,6 +216,26 @@ def logits_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "fp
     return COMPUTE_BYTES[precision] * batch_size * seq_len * arch.vocab
 
 
+LOSSES = ("full", "answer_only", "chunked")
+CHUNKS = 8  # workshop.training.loss.CHUNKS (a test keeps them equal)
+BWD_SCORES, BWD_H, BWD_TEMP_H = 4, 20, 40  # backward's floor with a small loss (module docstring)
+
+
+def logits_rows(loss: str, batch_size: int, seq_len: int, answer_tokens: int | None = None) -> int:
+    """Positions one micro-batch projects onto the vocabulary at once under `loss`."""
+    x = batch_size * seq_len
+    if loss == "full":
+        return x
+    if loss == "chunked":
+        return -(-x // CHUNKS)
+    if loss == "answer_only":
+        if answer_tokens is None:
+            raise ValueError("loss 'answer_only' needs answer_tokens: the micro-batch's positions with an answer "
+                             "token next (e.g. batch_size x the answer's tokens, EOS included)")
+        return min(x, max(0, answer_tokens))
+    raise ValueError(f"unknown loss {loss!r}; use one of {', '.join(LOSSES)}")
+
+
 def blocks_in_flight(device: str) -> int:
     """Blocks FSDP2 holds gathered at once under full_shard: on a GPU the next block's all-gather runs on
     its own stream while this block computes (implicit prefetch in forward, explicit in backward), so
@@ -216,11 +246,12 @@ def blocks_in_flight(device: str) -> int:
 def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1,
              precision: str = "bf16", batch_size: int = 8, max_length: int = 512, offload: bool = False,
              activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1,
-             device: str = "cuda") -> Breakdown:
+             device: str = "cuda", loss: str = "full", answer_tokens: int | None = None) -> Breakdown:
     """Predicted bytes per GPU (or CPU rank) by category for one config (see the module docstring).
 
     `max_length` is the sequence length the step trains on (with dynamic padding: its longest example);
-    `device` "cpu" for a CPU rank (one block in flight), anything else a GPU."""
+    `device` "cpu" for a CPU rank (one block in flight), anything else a GPU; `loss` the training loss
+    (workshop.training.loss), `answer_tokens` the micro-batch's answer positions for answer_only."""
     arch = get_arch(model)
     if sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {sharding!r}; use one of {', '.join(SHARDINGS)}")
@@ -243,15 +274,26 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
     c = COMPUTE_BYTES[precision]
     bd = Breakdown(n_params=P, shard_size=n)
     x = batch_size * max_length
+    rows = logits_rows(loss, batch_size, max_length, answer_tokens)
+    bd.logits = c * rows * arch.vocab
     stored, optim = 4 * P // n, 8 * P // n
     act_fwd = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing, sharding)
     recomputed = recomputed_block(arch, x, batch_size, max_length, precision, activation_checkpointing)
+    bwd_floor = 0   # a small loss: the activation category (and the peak) may come in backward instead
+    if loss != "full":
+        k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
+        ddp_out = c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0
+        act_fwd += k["logits"] * (rows - x) * arch.vocab - ddp_out   # the model returns the loss, not logits
+        if not activation_checkpointing:
+            bwd_floor = (act_fwd - k["logits"] * rows * arch.vocab + BWD_SCORES * batch_size * arch.heads
+                         * max_length ** 2 + BWD_H * x * arch.hidden)
     # the category's own peak: with checkpointing it comes in backward, when a block is recomputed on
     # top of what forward kept (the tracker counts recomputed tensors as activations)
-    bd.activations = act_fwd + recomputed
-    loss_grad = logits_bytes(arch, batch_size, max_length, precision)
+    bd.activations = max(act_fwd + recomputed, bwd_floor)
+    loss_grad = COMPUTE_BYTES[precision] * rows * arch.vocab
+    bwd_extra = max(0, bwd_floor + BWD_TEMP_H * x * arch.hidden - act_fwd - loss_grad) if bwd_floor else 0
     # backward's temporaries: the largest of the logits' gradients and the h-sized ones near the embedding
-    bd.other = max(8 * x * arch.vocab, 100 * x * arch.hidden + 4 * Vh)
+    bd.other = max(8 * rows * arch.vocab, 100 * x * arch.hidden + 4 * Vh)
     if not fsdp:
         bd.params, bd.grads, bd.optimizer = 4 * P, 4 * P, 8 * P
         if grad_acc > 1:  # a later micro-batch's incoming gradient, counted as one before it is added in:
@@ -261,9 +303,10 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
             # when DDP wraps the model, outside the tracker's view (so not in `other`; measured: the tracker's
             # `other` of DDP runs is the one-process run's, tests/test_memory.py)
             bd.ddp_buckets = 4 * P
-        act_at_peak = act_fwd - (c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0)
+        ddp_out = c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing and loss == "full" else 0
+        act_at_peak = act_fwd - ddp_out
         held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
-        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad, act_fwd + recomputed)
+        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad + bwd_extra, act_fwd + recomputed)
         return bd
     # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
     gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + blocks_in_flight(device) * block)
@@ -276,17 +319,18 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
     if offload:
         bd.params = gathered_max
         bd.host_params, bd.host_grads, bd.host_optimizer = stored, 4 * P // n, optim
-        bd.peak = gathered_at_peak + held + act_fwd + max(loss_grad, recomputed)
+        bd.peak = gathered_at_peak + held + act_fwd + max(loss_grad + bwd_extra, recomputed)
         bd.notes.append("offload: sharded params, grads and AdamW states live in host memory")
     else:
         bd.params = stored + gathered_max
         bd.grads = 4 * P // n
         bd.optimizer = optim
-        bd.peak = stored + gathered_at_peak + optim + held + act_fwd + max(loss_grad, recomputed)
+        bd.peak = stored + gathered_at_peak + optim + held + act_fwd + max(loss_grad + bwd_extra, recomputed)
     return bd
 
 
-def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None) -> Breakdown:
+def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None,
+                    answer_tokens: int | None = None) -> Breakdown:
     """The prediction for a RunConfig (or its resolved dict from run_args.json); `batch_shape`
     (micro-batch, sequence length) is what a measured step trained on (summary.json's
     tensor_mem_mb_per_rank[r]["batch_shape"]; dynamic padding makes it shorter than max_length)."""
@@ -300,7 +344,7 @@ def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = 
     device = "cpu" if get("device", "auto") == "cpu" else "cuda"   # "auto" on a course site: its GPUs
     return estimate(get("model", "tiny"), sharding, int(world), get("precision", "fp32"), int(batch), int(seq),
                     bool(get("offload", False)), bool(get("activation_checkpointing", False)), int(replicas or 1),
-                    grad_acc, device)
+                    grad_acc, device, get("loss", "full") or "full", answer_tokens)
 
 
 COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
@@ -313,10 +357,12 @@ def compare(summary: dict[str, Any], config: dict[str, Any]) -> list[dict[str, A
     (the summary's `device`: a config's "auto" says nothing of it)."""
     rows = []
     ran_on = {**config, "device": summary.get("device") or config.get("device", "auto")}
+    positions = summary.get("logits_positions_per_rank") or []
     for rank, measured in enumerate(summary.get("tensor_mem_mb_per_rank") or []):
         if not measured:
             continue
-        predicted = estimate_config(ran_on, measured.get("batch_shape")).as_mb()
+        answers = positions[rank] if rank < len(positions) and config.get("loss") == "answer_only" else None
+        predicted = estimate_config(ran_on, measured.get("batch_shape"), answers).as_mb()
         for category in COMPARED:
             if category not in measured and category in (*HOST, "unsharded_grads"):
                 continue
@@ -324,6 +370,11 @@ def compare(summary: dict[str, Any], config: dict[str, Any]) -> list[dict[str, A
             rows.append({"rank": rank, "category": category, "predicted_mb": round(want, 3),
                          "measured_mb": got,
                          "rel_error": round((want - got) / got, 4) if got else None})
+        logits = summary.get("logits_mb_per_rank") or []
+        if rank < len(logits) and logits[rank]:
+            rows.append({"rank": rank, "category": "logits", "predicted_mb": round(predicted["logits"], 4),
+                         "measured_mb": logits[rank],
+                         "rel_error": round((predicted["logits"] - logits[rank]) / logits[rank], 4)})
     return rows
 
 

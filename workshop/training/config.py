@@ -31,6 +31,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DATASETS = ("fixture", "squad")
 EVAL_SPLITS = ("dev", "train")
 LAUNCHERS = ("torchrun", "accelerate")
+LOSSES = ("full", "answer_only", "chunked")   # workshop.training.loss
 
 # FSDP1 spellings students meet in older tutorials, mapped to what this course runs (FSDP2).
 FSDP1_ALIASES = {
@@ -89,6 +90,11 @@ class RunConfig:
     sharding: str = _help("none | ddp | full_shard | shard_grad_op | hybrid_shard | hybrid_shard_grad_op (FSDP2)", default="none")
     offload: bool = _help("FSDP2 CPU offload of parameters, gradients and optimizer state", default=False)
     activation_checkpointing: bool = _help("recompute each block's activations in backward", default=False)
+    loss: str = _help("full | answer_only | chunked: full projects every position onto the vocabulary (logits "
+                      "b x s x V); answer_only only the positions whose next token is an answer token; chunked every "
+                      "position, a chunk at a time, each chunk's logits freed and recomputed in backward "
+                      "(workshop.training.loss). Same loss and gradients; training only (evaluation is unchanged)",
+                      default="full")
     fsdp: str = _help("Hugging Face TrainingArguments' fsdp, passed as written: true, or words such as "
                       "'full_shard auto_wrap offload' (empty = off; then sharding decides). With fsdp on, "
                       "sharding/offload/activation_checkpointing follow from fsdp and fsdp_config", default="")
@@ -208,6 +214,10 @@ class RunConfig:
         _choice("dataset", self.dataset, DATASETS)
         _choice("eval_split", self.eval_split, EVAL_SPLITS)
         _choice("launcher", self.launcher, LAUNCHERS)
+        if self.loss not in LOSSES:
+            raise ConfigError("loss", f"unknown value {self.loss!r}",
+                              "choose full (logits at every position, the default), answer_only (logits only where "
+                              "the next token is an answer token) or chunked (every position, a chunk at a time)")
         if self.sharding not in SHARDINGS:
             raise ConfigError("sharding", f"unknown strategy {self.sharding!r}",
                               f"choose one of {', '.join(SHARDINGS)} (FSDP1 names such as FULL_SHARD "
@@ -375,6 +385,8 @@ def coerce(name: str, value: Any) -> Any:
             text = FSDP1_ALIASES.get(text.lower().replace("-", "_"), text.lower().replace("-", "_"))
         if name in ("precision", "wandb", "device", "dataset", "eval_split", "launcher"):
             text = text.lower()
+        if name == "loss":
+            text = text.lower().replace("-", "_")
         return text
     except ValueError:
         kind = {bool: "true or false", int: "a whole number", float: "a number"}[typ]

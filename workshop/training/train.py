@@ -362,7 +362,8 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     batch_probe = GlobalBatchProbe(counter)
     trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
                             data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter)
+                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter,
+                            loss=cfg.loss)
     applied: dict[str, Any] = {}
 
     def verify_wrapping() -> None:
@@ -439,6 +440,13 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "comm": comm.summary(train_runtime),
         # what this torch lacked a private name for (workshop/training/torch_private.py); empty when all ran
         "not_measured": torch_private.not_measured_lines(),
+        # which loss ran (workshop.training.loss), and the positions one micro-batch of the tensor-memory
+        # step projected onto the vocabulary on each rank (the memory model's logits rows)
+        "loss": cfg.loss,
+        "logits_positions_per_rank": _all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
+        "answer_positions_per_rank": _all_gather(trainer.answer_positions.get(tensor_mem.measure_step)),
+        # the largest logits tensor lm_head built in that step, MB (LogitsMeter: its output's bytes)
+        "logits_mb_per_rank": _all_gather(round(trainer.logits_bytes.get(tensor_mem.measure_step, 0) / 2**20, 4)),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
                    launcher=launched_with(os.environ))

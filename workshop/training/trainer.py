@@ -3,12 +3,13 @@ callback that checkpoints when Slurm warns of the time limit."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable
 
 import torch
 from transformers import Trainer, TrainerCallback
 
-from workshop.training import fsdp_cpu, hf_fsdp
+from workshop.training import fsdp_cpu, hf_fsdp, loss as course_loss
 from workshop.training.data import HOST_TOKENS
 from workshop.training.metrics import StepCounter
 
@@ -16,8 +17,15 @@ from workshop.training.metrics import StepCounter
 class CourseTrainer(Trainer):
     """Counts the samples and non-pad tokens each rank trains on, and makes `fsdp=` mean FSDP on CPU."""
 
-    def __init__(self, *args: Any, counter: StepCounter, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, counter: StepCounter, loss: str = "full", **kwargs: Any) -> None:
         self.counter = counter
+        self.loss_setting = loss
+        # optimizer step -> the most positions one micro-batch projected onto the vocabulary (summary.json)
+        self.logits_positions: dict[int, int] = {}
+        # optimizer step -> the most positions with an answer token next in one micro-batch (any loss setting)
+        self.answer_positions: dict[int, int] = {}
+        # optimizer step -> bytes of the largest logits tensor lm_head built in it (LogitsMeter)
+        self.logits_bytes: dict[int, int] = {}
         super().__init__(*args, **kwargs)
 
     def create_accelerator_and_postprocess(self) -> None:
@@ -44,6 +52,38 @@ class CourseTrainer(Trainer):
     def training_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> torch.Tensor:
         self.counter.add(inputs)   # counts on the host, and takes the collator's token count out of the batch
         return super().training_step(model, inputs, *args, **kwargs)
+
+    def compute_loss(self, model: torch.nn.Module, inputs: dict[str, Any], return_outputs: bool = False,
+                     num_items_in_batch: Any = None) -> Any:
+        """`loss` = full: the Trainer's own. answer_only / chunked (training steps; evaluation keeps the
+        model's full loss and logits): workshop.training.loss, inside the wrapped model's forward, with the
+        Trainer's normalisation (num_items_in_batch, and its rescaling when tokens are averaged across ranks)."""
+        labels = inputs.get("labels")
+        training = labels is not None and model.training and not return_outputs
+        lm_head = self.accelerator.unwrap_model(model).get_output_embeddings()
+        meter = course_loss.LogitsMeter()
+        if training:
+            step = self.state.global_step + 1
+            positions = course_loss.logits_positions(labels, self.loss_setting)
+            self.logits_positions[step] = max(self.logits_positions.get(step, 0), positions)
+            answers = course_loss.logits_positions(labels, "answer_only")
+            self.answer_positions[step] = max(self.answer_positions.get(step, 0), answers)
+        if self.loss_setting == "full" or not training:
+            with meter.watching(lm_head) if training else contextlib.nullcontext():
+                result = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                              num_items_in_batch=num_items_in_batch)
+            if training:
+                self.logits_bytes[step] = max(self.logits_bytes.get(step, 0), meter.largest)
+            return result
+        value = course_loss.model_loss(model, lm_head, inputs, self.loss_setting,
+                                       num_items_in_batch if self.model_accepts_loss_kwargs else None, meter)
+        self.logits_bytes[step] = max(self.logits_bytes.get(step, 0), meter.largest)
+        # as Trainer.compute_loss: a sum over this rank's tokens divided by the count over all ranks,
+        # multiplied back by the ranks (the gradient all-reduce/reduce-scatter averages over them)
+        if self.args.average_tokens_across_devices and self.model_accepts_loss_kwargs and num_items_in_batch is not None:
+            tp = self.get_tp_size() if hasattr(self, "get_tp_size") else 1
+            value = value * (self.accelerator.num_processes // tp)
+        return value
 
     def prediction_step(self, model: torch.nn.Module, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         inputs.pop(HOST_TOKENS, None)   # evaluation batches come from the same collator; the model never sees it
