@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workshop.results.memory import CATEGORIES, GiB, MB, Breakdown, bloom_family_arch, estimate, get_arch
+from workshop.results.memory import (CATEGORIES, CUDA_CONTEXT, MAX_MICRO_BATCH, GiB, MB, Breakdown,  # noqa: F401
+                                     bloom_family_arch, estimate, get_arch, largest_micro_batch)
 
 # GPUs a course site may have: usable bytes per GPU. The "32GB"/"80GB" in the names are GiB (nvidia-smi
 # shows 32,768 MiB for a V100-32GB and 81,920 MiB for an A100-80GB; an H100-80GB shows a little less,
 # ~79.6 GiB, as its driver reserves more). Usable here = the card's GiB less the CUDA context's ~0.5
 # GiB, which the memory model leaves out; the allocator's slack (reserved - allocated, a few %) is not
 # taken off, so "fits" means the predicted tensors fit, not that a run has nothing to spare.
-CUDA_CONTEXT = 0.5 * GiB
 GPUS: dict[str, float] = {"V100-32GB": 32 * GiB - CUDA_CONTEXT, "A100-80GB": 80 * GiB - CUDA_CONTEXT,
                           "H100-80GB": 80 * GiB - CUDA_CONTEXT}
 MODELS: dict[str, Any] = {
@@ -27,7 +27,6 @@ STRATEGIES = ("none", "ddp", "full_shard", "shard_grad_op")
 PRECISIONS = ("bf16", "fp32", "fp16")
 LOSSES = ("full", "answer_only", "chunked")
 ANSWER_LENGTH = 8   # answer tokens per example (EOS included) the explorer assumes for answer_only
-MAX_MICRO_BATCH = 4096
 
 
 @dataclass
@@ -78,20 +77,6 @@ def explore(model: str = "bloom-560m", batch_size: int = 8, max_length: int = 51
                                 f"{precision}{', offload' if offload else ''}{', AC' if activation_checkpointing else ''}"
                                 f"{loss_label}", fits) if draw else None
     return Exploration(bd, fits, figure, notes, largest, largest_full)
-
-
-def largest_micro_batch(predict: Any, usable: float) -> int:
-    """The largest micro-batch whose predicted GPU peak fits `usable` bytes (0 if even 1 does not), by
-    bisection: the peak grows with the batch."""
-    if predict(1).gpu_peak > usable:
-        return 0
-    lo, hi = 1, MAX_MICRO_BATCH
-    if predict(hi).gpu_peak <= usable:
-        return hi
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if predict(mid).gpu_peak <= usable else (lo, mid)
-    return lo
 
 
 def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:

@@ -91,14 +91,13 @@ FIT_ANSWER_TOKENS = 12
 def fitting_batch(changes: dict[str, Any], model: str, gpu_bytes: int, limit: int = 1024) -> int:
     """The largest micro-batch whose predicted GPU peak (memory.estimate, at SEQ_LEN) fits `gpu_bytes`,
     less the CUDA context; at least 1."""
-    from workshop.course.explorer import CUDA_CONTEXT, largest_micro_batch
     from workshop.results import memory
 
     def predict(batch: int) -> Any:
         return memory.estimate(model, changes.get("sharding", "none"), 1, changes.get("precision", "bf16"), batch,
                                SEQ_LEN, loss=changes.get("loss", "full"), answer_tokens=batch * FIT_ANSWER_TOKENS)
 
-    return max(1, min(limit, largest_micro_batch(predict, gpu_bytes - CUDA_CONTEXT)))
+    return max(1, min(limit, memory.largest_micro_batch(predict, gpu_bytes - memory.CUDA_CONTEXT)))
 
 
 # ---------------------------------------------------------------------------------------- paths

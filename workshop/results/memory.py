@@ -508,3 +508,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"largest BLOOM-shaped model in {args.fit_gpu_gb:g} GiB with {sharding} on {args.world_size} "
                   f"GPU(s): {fit.params / 1e9:.2f} B params (hidden {fit.hidden}, {fit.layers} layers)")
     return 0
+
+
+# The CUDA context (~0.5 GiB a process), which the model leaves out: the explorer and the bench take it off a
+# GPU's memory before asking what fits (workshop.course.explorer's GPUS).
+CUDA_CONTEXT = 0.5 * GiB
+MAX_MICRO_BATCH = 4096
+
+
+def largest_micro_batch(predict: Any, usable: float) -> int:
+    """The largest micro-batch whose predicted GPU peak fits `usable` bytes (0 if even 1 does not), by
+    bisection: the peak grows with the batch."""
+    if predict(1).gpu_peak > usable:
+        return 0
+    lo, hi = 1, MAX_MICRO_BATCH
+    if predict(hi).gpu_peak <= usable:
+        return hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if predict(mid).gpu_peak <= usable else (lo, mid)
+    return lo
