@@ -24,6 +24,17 @@ def test_a_two_node_run_is_ok_with_its_bus_bandwidth() -> None:
     assert status == OK and text == "2 ranks on local-node1, local-node2, bus bandwidth 0.91 GB/s at 8 MB"
 
 
+def test_a_completed_run_whose_shutdown_warns_of_the_rendezvous_is_ok() -> None:
+    """The real cluster run: its table PASSED (0.462 GB/s at 8388608 B) and the job COMPLETED; the rendezvous
+    error after it is the launchers' shutdown (a CI run first read it as a rendezvous that never met)."""
+    log = (LOGS / "preflight_2nodes_cluster_shutdown_warning.out").read_text()
+    assert "RendezvousConnectionError" in log and "# PASSED" in log
+    status, text = two_node_verdict(log, "COMPLETED", load_profile("ci").partitions["debug"])
+    assert status == OK and text == "2 ranks on n1, n2, bus bandwidth 0.46 GB/s at 8 MB"
+    status, _ = two_node_verdict(log, "FAILED", load_profile("ci").partitions["debug"])
+    assert status == FIX                                 # the same log from a job Slurm calls failed is not ok
+
+
 def test_a_rendezvous_that_never_met_names_the_port_and_the_field() -> None:
     status, text = two_node_verdict((LOGS / "rendezvous_failure.log").read_text(), "FAILED", A100)
     assert status == FIX and "rendezvous" in text and "port" in text and "[run] rdzv_endpoint" in text

@@ -398,7 +398,11 @@ def two_node_verdict(log_text: str, state: str, part: Partition) -> tuple[str, s
     parsed = load(log_text)
     bw = parsed.bandwidth
     kinds = {f.kind: f for f in diagnose(parsed)}
-    if "rendezvous" in kinds:
+    # a job whose all_reduce table passed and that COMPLETED met at the rendezvous: the launchers' shutdown of the
+    # c10d store often logs a RendezvousConnectionError warning after the table (the node that left last finds
+    # the store gone), which is not a failure
+    completed = state == "COMPLETED" and bw is not None and bool(bw.rows) and not bw.failures
+    if "rendezvous" in kinds and not completed:
         return FIX, (f"the two nodes' launchers did not meet at the rendezvous (slurm/templates/rendezvous.sh: the "
                      f"head node's NodeAddr, a port 20000 + job id mod the room below the ephemeral range): "
                      f"{kinds['rendezvous'].evidence[0].strip()[:160]}. Fix: open that port range between the compute "
