@@ -52,6 +52,8 @@ def predict_memory(arch, run, world_size):
 
 
 memory_prediction = {run: predict_memory(arch, run, 1) for run in _seen}''',
+        "nb02-26-wrap-predict": '''
+wrap_prediction = {"units": 24 + 1 + 1, "root_params": 2048}   # the Units table: 24 blocks, the embedding unit, the root''',
         "nb02-36-shard-predict": '''
 def shard_shape(shape, world_size, rank):
     return list(shape)   # the run's read-back: its one rank holds every parameter whole
@@ -370,6 +372,130 @@ baseline = {"final_train_loss": row["final_train_loss"], "train_samples_per_s": 
         "nb01-epoch-answer": '''
 squad_epoch_hours = 87_599 / measured.iloc[0]["train_samples_per_s"] / 3600   # the hint's formula''',
     },
+    "02_fsdp_single_gpu": {
+        "nb02-07-predict": """
+def predict_memory(arch, run, world_size):
+    P, MB = arch.params, 2**20
+    if run == "baseline":   # fp32 weights, fp32 gradients, AdamW's two fp32 states: the text's bullets
+        return {"params": 4 * P / MB, "grads": 4 * P / MB, "optimizer": 8 * P / MB, "host": 0}
+    shard = P / world_size                              # "this rank's 1/N shard"
+    in_flight = 2 if device == "gpu" else 1             # "two on a GPU, one on a CPU rank"
+    gathered = compute_bytes * (arch.vocab * arch.hidden + 2 * arch.hidden   # Units: word_embeddings + ln_f
+                                + in_flight * arch.block_params)             # and the blocks in flight
+    if run == "full_shard":
+        return {"params": (4 * shard + gathered) / MB, "grads": 4 * shard / MB, "optimizer": 8 * shard / MB, "host": 0}
+    # offload: "the sharded parameters, gradients and optimizer state" sit on the host "instead";
+    # "the gathered units still live on the device"
+    return {"params": gathered / MB, "grads": 0, "optimizer": 0, "host": (4 + 4 + 8) * shard / MB}
+
+
+memory_prediction = {run: predict_memory(arch, run, 1) for run in ("baseline", "full_shard", "full_shard+offload")}
+memory_prediction""",
+        "nb02-eight-bit": """
+_h, _V, _L = 4096, 250_880, 30                               # the text's BLOOM-7b1
+_block = 12 * _h**2 + 13 * _h                                # one block, 12h² + 13h (the printed formula)
+_P = _V * _h + 4 * _h + _L * _block                          # P = Vh + 4h + L(12h² + 13h), as printed
+# bf16 weights 2 B; gradients "stored as fp32 on the shard" (Mixed precision) and the rule's "stored fp32
+# gradients" 4 B; the fp32 master copy 4 B; 8-bit AdamW's two moments 1 B each (notebook 01's text)
+_stored_bytes = 2 + 4 + 4 + 1 + 1
+
+
+def _state_gib(n):
+    gathered = 2 * (_V * _h + 2 * _h + 2 * _block)          # the embedding unit and two blocks in flight, bf16
+    return (_stored_bytes * _P / n + gathered) / 2**30
+
+
+eight_bit_7b1_gib = _state_gib(8)
+fewest_gpus_7b1 = next(n for n in range(1, 10_000) if _state_gib(n) <= 10)
+eight_bit_7b1_gib, fewest_gpus_7b1""",
+        "nb02-11-settings": """
+blocks = {"version": 2, "transformer_layer_cls_to_wrap": ["BloomBlock"], "reshard_after_forward": True}   # the bullets
+my_fsdp = {
+    "full_shard": {"fsdp": "full_shard auto_wrap", "fsdp_config": blocks},
+    "full_shard+offload": {"fsdp": "full_shard auto_wrap offload", "fsdp_config": {**blocks, "cpu_offload": True}},
+}
+my_fsdp""",
+        "nb02-26-wrap-predict": """
+h, V, L = 4096, 250_880, 30   # the text's BLOOM-7b1
+# one unit per block and the root; the root holds "whatever no block holds": P - L(12h² + 13h) = Vh + 4h
+wrap_prediction = {"units": L + 1, "root_params": (V * h + 4 * h + L * (12 * h**2 + 13 * h)) - L * (12 * h**2 + 13 * h)}
+wrap_prediction""",
+        "nb02-28-wrap-function": """
+def shard_model(model):
+    policy = MixedPrecisionPolicy(param_dtype=COMPUTE_DTYPE, reduce_dtype=torch.float32)   # as the text dictates
+    for block in model.transformer.h:
+        fully_shard(block, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+
+
+my_wrap = job_settings(shard_model, "shard_model.py")   # writes the file your job imports
+my_wrap""",
+        "nb02-36-shard-predict": """
+import math
+
+
+def shard_shape(shape, world_size, rank):
+    rows = shape[0]
+    chunk = math.ceil(rows / world_size)                           # "⌈d₀/N⌉ rows"
+    return [max(0, min(chunk, rows - rank * chunk)), *shape[1:]]   # "fewer (or none) on the last ranks"
+
+
+rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}
+rank2_shapes""",
+        "nb02-logits-predict": """
+def logits_mb(batch_size, seq_len, answer_positions, vocab, precision, loss):
+    rows = batch_size * seq_len if loss == "full" else answer_positions   # "every position"; "one row per such position"
+    return rows * vocab * (4 if precision == "fp32" else 2) / 2**20       # "4 bytes per element in fp32, 2 in bf16 or fp16"
+
+
+# "the answer's tokens and the EOS after them": 5 + 1 positions per example
+logits_prediction = {loss: logits_mb(6, 384, 6 * (5 + 1), 250880, "bf16", loss) for loss in ("full", "answer_only")}
+logits_prediction""",
+        "nb02-logits-settings": """
+my_logits_settings = {"loss": "answer_only"}   # the setting the text names""",
+    },
+    "03_sharding_strategies": {
+        "nb03-05-predict": """
+runs = {   # the text: sharding in the course's words; offload and checkpointing on a full_shard run
+    "ddp": dict(step="strategies", sharding="ddp"),
+    "full_shard": dict(step="strategies", sharding="full_shard"),
+    "shard_grad_op": dict(step="strategies", sharding="shard_grad_op"),
+    "offload": dict(step="strategies", sharding="full_shard", offload=True),
+    "activation_checkpointing": dict(step="strategies", sharding="full_shard", activation_checkpointing=True),
+}""",
+        "nb03-ranking": """
+_peaks = {name: float(lab.predict(**spec)["peak"]) for name, spec in runs.items()}   # the tool the text names
+memory_ranking = sorted(_peaks, key=_peaks.get)
+# the table at the top: ddp keeps everything, every FSDP run 1/N (N = 16); hybrid_shard shards within
+# groups of S = 8 GPUs (the hint: "the GPUs of a shard group share one copy")
+held_fraction = {name: 1.0 if spec["sharding"] == "ddp" else 1 / 16 for name, spec in runs.items()}
+held_fraction["hybrid_shard"] = 1 / 8
+memory_ranking, held_fraction""",
+        "nb03-comm-predict": """
+def sent_elements(strategy, n_ranks, model, micro_batches=1):
+    share = (n_ranks - 1) / n_ranks                                  # a ring: (N-1)/N, 2(N-1)/N for an all-reduce
+    if strategy == "ddp":
+        return {"all_reduce": 2 * share * model["params"]}           # every gradient once per step
+    gathered = model["params"] if strategy == "shard_grad_op" else 2 * model["params"] - model["kept_gathered"]
+    return {"all_gather": micro_batches * share * gathered,         # every micro-batch's forward (and backward)
+            "reduce_scatter": share * model["params"],              # once per optimizer step
+            "all_reduce": 2 * share * model["tensors"]}             # clipping: one partial norm per tensor
+
+
+comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model, micro_batches)
+                   for name, spec in runs.items()}
+comm_prediction""",
+        "nb03-comm-bytes": """
+_bloom = {"params": 559214592, "kept_gathered": 256905216, "tensors": 293}   # printed by the cell above
+_micro = 64 // (8 * 4)   # micro-batch x accumulation x GPUs = the global batch (section 4's rule)
+_el = {s: sent_elements(s, 8, _bloom, _micro) for s in ("ddp", "shard_grad_op", "full_shard")}
+sent_gb = {"ddp": _el["ddp"]["all_reduce"] * 4 / 1e9}   # "DDP's gradients travel in fp32"
+for _s in ("shard_grad_op", "full_shard"):   # all-gathers in the compute dtype, reduce-scatters in the reduce dtype
+    # (bf16: fp32 only on fp16 sites), clipping's norms fp32
+    sent_gb[_s] = ((_el[_s]["all_gather"] + _el[_s]["reduce_scatter"]) * 2 + _el[_s]["all_reduce"] * 4) / 1e9
+fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s] < sent_gb["ddp"]]
+sent_gb, fewer_bytes_than_ddp""",
+    },
     "04_multi_gpu": {
         "nb04-settings": '''
 settings = {n: {"batch_size": micro_batch_max, "grad_acc": global_batch // (micro_batch_max * n)}
@@ -452,6 +578,11 @@ my_settings = max(_fits, key=lambda f: f[:2])[2] if _fits else dict(
     sharding="full_shard", offload=False, activation_checkpointing=True, batch_size=1, grad_acc=_per_gpu)''',
     },
 }
+
+# The challenge's rules as section 4 states them ("micro-batch x accumulation x GPUs must make the global batch",
+# ask lab.predict against the budget, no offload, recomputation or extra micro-batches a fitting choice avoids):
+# the formulas copier applies them as the challenge search does.
+FORMULAS["03_sharding_strategies"]["nb03-settings"] = CHALLENGE["03_sharding_strategies"]["nb03-settings"]
 
 # Routes a reader found that share no word with the graded name (the issue's list): tried by the helpers copier too.
 NAMED_HELPER_ROUTES: dict[str, dict[str, str]] = {
@@ -557,7 +688,8 @@ def _helper_calls(graded: str, params: list[str] | None, known: set[str], helper
     for where, name, required, every in sorted(helpers, key=lambda h: (h[1] != graded, h[0], h[1])):
         if name != graded and not words & _words(name):
             continue
-        if not keep_flagged and _flagged(where, name, params is not None):
+        # every call is tried inside a `lambda`, which the scan reads as a function: a lesson tool there is flagged
+        if not keep_flagged and _flagged(where, name, inside_function=True):
             continue
         supply = set(params or ()) | known
         if not set(required) <= supply:
