@@ -70,6 +70,10 @@ PROBE = textwrap.dedent("""
         steps[name] = [trainer.state.global_step, trainer.state.max_steps]
     if torch.distributed.get_rank() == 0:
         print("STEPS " + json.dumps(steps))
+    # both ranks leave the group before the interpreter exits: a gloo group torn down by exit alone aborted a
+    # rank after STEPS was printed ("terminate called without an active exception", exit -6; CI, 2026-11-28)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
 """)
 
 
