@@ -375,18 +375,15 @@ squad_epoch_hours = 87_599 / measured.iloc[0]["train_samples_per_s"] / 3600   # 
     "02_fsdp_single_gpu": {
         "nb02-07-predict": """
 def predict_memory(arch, run, world_size):
+    # no cell states the rule: notebook 01's bytes per parameter (4 + 4 + 8), and the introduction's "FSDP
+    # splits every parameter, gradient and optimizer state" across the N GPUs, "offload moves [them] to host memory"
     P, MB = arch.params, 2**20
-    if run == "baseline":   # fp32 weights, fp32 gradients, AdamW's two fp32 states: the text's bullets
+    if run == "baseline":
         return {"params": 4 * P / MB, "grads": 4 * P / MB, "optimizer": 8 * P / MB, "host": 0}
-    shard = P / world_size                              # "this rank's 1/N shard"
-    in_flight = 2 if device == "gpu" else 1             # "two on a GPU, one on a CPU rank"
-    gathered = compute_bytes * (arch.vocab * arch.hidden + 2 * arch.hidden   # Units: word_embeddings + ln_f
-                                + in_flight * arch.block_params)             # and the blocks in flight
+    shard = P / world_size
     if run == "full_shard":
-        return {"params": (4 * shard + gathered) / MB, "grads": 4 * shard / MB, "optimizer": 8 * shard / MB, "host": 0}
-    # offload: "the sharded parameters, gradients and optimizer state" sit on the host "instead";
-    # "the gathered units still live on the device"
-    return {"params": gathered / MB, "grads": 0, "optimizer": 0, "host": (4 + 4 + 8) * shard / MB}
+        return {"params": 4 * shard / MB, "grads": 4 * shard / MB, "optimizer": 8 * shard / MB, "host": 0}
+    return {"params": 0, "grads": 0, "optimizer": 0, "host": 16 * shard / MB}
 
 
 memory_prediction = {run: predict_memory(arch, run, 1) for run in ("baseline", "full_shard", "full_shard+offload")}
@@ -417,8 +414,8 @@ my_fsdp = {
 my_fsdp""",
         "nb02-26-wrap-predict": """
 h, V, L = 4096, 250_880, 30   # the text's BLOOM-7b1
-# one unit per block and the root; the root holds "whatever no block holds": P - L(12h² + 13h) = Vh + 4h
-wrap_prediction = {"units": L + 1, "root_params": (V * h + 4 * h + L * (12 * h**2 + 13 * h)) - L * (12 * h**2 + 13 * h)}
+# one unit per block and the root; the Units table's root row: `word_embeddings_layernorm`, 2,048 = 2h
+wrap_prediction = {"units": L + 1, "root_params": 2 * h}
 wrap_prediction""",
         "nb02-28-wrap-function": """
 def shard_model(model):
@@ -473,13 +470,13 @@ held_fraction["hybrid_shard"] = 1 / 8
 memory_ranking, held_fraction""",
         "nb03-comm-predict": """
 def sent_elements(strategy, n_ranks, model, micro_batches=1):
-    share = (n_ranks - 1) / n_ranks                                  # a ring: (N-1)/N, 2(N-1)/N for an all-reduce
-    if strategy == "ddp":
-        return {"all_reduce": 2 * share * model["params"]}           # every gradient once per step
-    gathered = model["params"] if strategy == "shard_grad_op" else 2 * model["params"] - model["kept_gathered"]
-    return {"all_gather": micro_batches * share * gathered,         # every micro-batch's forward (and backward)
-            "reduce_scatter": share * model["params"],              # once per optimizer step
-            "all_reduce": 2 * share * model["tensors"]}             # clipping: one partial norm per tensor
+    share = (n_ranks - 1) / n_ranks                      # the ring rule: (N-1)/N, 2(N-1)/N for an all-reduce
+    if strategy == "ddp":                                # the table at the top: "all-reduce of the gradients"
+        return {"all_reduce": 2 * share * model["params"]}
+    gathers = 2 if strategy == "full_shard" else 1       # "all-gather in forward *and* in backward" / "once"
+    # "a rank runs micro_batches forwards and backwards per optimizer step, and only the last of them
+    # synchronises the gradients"
+    return {"all_gather": micro_batches * gathers * share * model["params"], "reduce_scatter": share * model["params"]}
 
 
 comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model, micro_batches)
@@ -488,11 +485,12 @@ comm_prediction""",
         "nb03-comm-bytes": """
 _bloom = {"params": 559214592, "kept_gathered": 256905216, "tensors": 293}   # printed by the cell above
 _micro = 64 // (8 * 4)   # micro-batch x accumulation x GPUs = the global batch (section 4's rule)
+# the concept's dtypes: DDP's fp32 gradients, FSDP's units in the compute dtype, reduce-scatters in the reduce dtype
 _el = {s: sent_elements(s, 8, _bloom, _micro) for s in ("ddp", "shard_grad_op", "full_shard")}
 sent_gb = {"ddp": _el["ddp"]["all_reduce"] * 4 / 1e9}   # "DDP's gradients travel in fp32"
 for _s in ("shard_grad_op", "full_shard"):   # all-gathers in the compute dtype, reduce-scatters in the reduce dtype
     # (bf16: fp32 only on fp16 sites), clipping's norms fp32
-    sent_gb[_s] = ((_el[_s]["all_gather"] + _el[_s]["reduce_scatter"]) * 2 + _el[_s]["all_reduce"] * 4) / 1e9
+    sent_gb[_s] = ((_el[_s]["all_gather"] + _el[_s]["reduce_scatter"]) * 2 + _el[_s].get("all_reduce", 0) * 4) / 1e9
 fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s] < sent_gb["ddp"]]
 sent_gb, fewer_bytes_than_ddp""",
     },

@@ -174,18 +174,8 @@ def test_replaced_test_cell_and_edited_number_lose_exactly_their_points(graded: 
     assert all(scores[k] == 0 for k in lost)
 
 
-# Issue #37 is open for these: measured on 2026-11-28's course run (nbgrader / verified of the autograded points),
-# the formulas copier earns 01 4/0 of 12, 02 9/9 of 15 and 03 12/12 of 12 by applying what the text states (the
-# wrap prediction, the logits rule, the bytes-sent recipe, ...), and "together" the same. They are expected to
-# fail until the exercises need more than the text; strict, so the day they pass the mark must go.
-OVER_A_QUARTER = {(n, s) for n in ("01_baseline", "02_fsdp_single_gpu", "03_sharding_strategies")
-                  for s in ("formulas", "together")}
-
-
 @pytest.mark.parametrize("name,strategy", [
-    pytest.param(n, s, marks=[pytest.mark.xfail(strict=True, reason="issue #37: the text still states these answers")]
-                 if (n, s) in OVER_A_QUARTER else [])
-    for n in assignments() for s in STRATEGIES if s != "challenge" or n in CHALLENGE])
+    (n, s) for n in assignments() for s in STRATEGIES if s != "challenge" or n in CHALLENGE])
 def test_each_copying_strategy_and_all_of_them_together_earn_at_most_a_quarter(
         graded: tuple[Course, dict, dict], name: str, strategy: str) -> None:
     """A copier who applies every formula the text and the hints state, or calls every public function of

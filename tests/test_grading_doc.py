@@ -66,6 +66,20 @@ def test_copying_earns_at_most_a_quarter_of_each_notebooks_points(name: str) -> 
 
 
 @pytest.mark.parametrize("name", assignments())
+def test_the_readers_count_covers_every_autograded_cell_and_needs_reasoning_for_three_quarters(name: str) -> None:
+    """The reader's count (R, C or D per autograded cell) has the notebook's points, marks *yes* in the
+    graded-cells table exactly where it says C or D, and C + D is at most 25 % of the autograded points."""
+    counted = {r[1].strip("`"): (float(r[2]), r[3]) for r in table("### The reader's count") if r[0] == name[:2]}
+    auto = {cell: points for cell, (points, by) in graded_cells(name).items() if by == "auto"}
+    assert {cell: points for cell, (points, _) in counted.items()} == auto
+    assert {count for _, count in counted.values()} <= {"R", "C", "D"}
+    copying = {r["cell"].strip("`"): r["copying"] for r in rows() if r["notebook"] == name[:2]}
+    assert {cell for cell, (_, count) in counted.items() if count != "R"} == \
+        {cell for cell, says in copying.items() if says == "yes"}
+    assert sum(points for points, count in counted.values() if count != "R") <= COPYABLE_SHARE * sum(auto.values())
+
+
+@pytest.mark.parametrize("name", assignments())
 def test_every_check_comes_after_the_lesson(name: str) -> None:
     """Run All stops at the first failing cell: every test cell sits in the final Checks section, after every
     answer, reflection and lesson cell; only the checks, their references and feedback-only reveals follow."""
