@@ -36,7 +36,7 @@ def test_the_budget_has_the_sweep_the_dry_run_and_reruns() -> None:
     per_student = sum(r["gpu_h_per_student"] for r in notebooks)
     grid = challenge.grid(4, challenge.global_batch(SITE))                     # 4 V100s, 20 minutes a job
     assert rows[SWEEP]["jobs"] == len(grid) == 40 and rows[SWEEP]["gpu_h_class"] == pytest.approx(40 * 4 / 3)
-    assert rows[DRY_RUN]["gpu_h_class"] == pytest.approx(per_student) and rows[DRY_RUN]["jobs"] == 21
+    assert rows[DRY_RUN]["gpu_h_class"] == pytest.approx(per_student) and rows[DRY_RUN]["jobs"] == 22
     rerun = next(r for name, r in rows.items() if name.startswith("reruns"))
     assert rerun["gpu_h_class"] == pytest.approx(0.25 * 20 * per_student)
     assert "`python -m workshop.course.challenge`" in markdown(SITE, 20)
@@ -212,18 +212,18 @@ def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path
 def test_the_guides_budget_table_worked_by_hand() -> None:
     """The table docs/instructor.md states, from the example profile's own numbers and not from the code that
     prints it: each job's GPUs x its step's time limit (20 min; bandwidth 5 min), 20 students.
-      01: 1 job x 1 GPU x 1/3 h = 0.33                      02: 4 jobs x 1 GPU x 1/3 h = 1.33
+      01: 1 job x 1 GPU x 1/3 h = 0.33                      02: 5 jobs x 1 GPU x 1/3 h = 1.67
       03: 6 jobs x 4 GPUs (procs_per_node 4) x 1/3 h = 8.00; instructor_steps = ["strategies"]: the five strategy
           runs once, 5 x 4/3 = 6.7, the challenge job one of the sweep's (its own row)
       04: 1, 2, 4 and 8 GPUs x 1/3 h = 5.00; the 8-GPU run (instructor_min_gpus 8) once: 7/3 x 20 + 8/3 = 49.3
       05: bandwidth gate 16 GPUs x 1/12 h = 1.33, failed rendezvous 2 x 1/3, 1 node x 2 2/3, 2 nodes x 1 2/3,
           2 x 2 full_shard 4/3, 2 x 2 hybrid 4/3: 6.00; all but 1 node x 2 (2/3) are 2-node, run once:
           2/3 x 20 + 16/3 = 18.7
-      a student's own jobs in instructor-run mode: 1/3 + 4/3 + 0 + 7/3 + 2/3 = 14/3 GPU-h
-      reruns, 25 %: 0.25 x 62/3 = 5.17 per student, x 20 = 103.3; instructor-run 0.25 x 14/3 x 20 = 23.3
+      a student's own jobs in instructor-run mode: 1/3 + 5/3 + 0 + 7/3 + 2/3 = 5 GPU-h
+      reruns, 25 %: 0.25 x 63/3 = 5.25 per student, x 20 = 105.0; instructor-run 0.25 x 5 x 20 = 25.0
       the challenge sweep: 3 strategies' variants (ddp; full_shard and shard_grad_op with and without offload)
           x checkpointing or not x 4 micro-batches (1, 2, 4, 8 of 8 per GPU) = 40 jobs x 4 GPUs x 1/3 h = 53.3
-      the dry run: one student's 21 jobs, 62/3 = 20.7; instructor-run 14/3 = 4.7"""
+      the dry run: one student's 22 jobs, 63/3 = 21.0; instructor-run 5.0"""
     guide = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1].split("## The day", 1)[0]
     rows = {cells[0].strip("* "): [c.strip() for c in cells[1:]]
             for line in guide.splitlines() if line.startswith("| ") and not line.startswith("| notebook")
@@ -231,7 +231,7 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
     # fewest steps counted: the run's steps less its warm-up (10 %, at most 10; steps 2 and 3, instrumented,
     # fall inside it): 01/02 500 steps - 10; 03/05 125 at 4 GPUs - 10; 04's 8-GPU run 63 - 6
     by_hand = {"01_baseline": (1, 1, 490, 1 / 3, 20 / 3, 20 / 3),
-               "02_fsdp_single_gpu": (4, 1, 490, 4 / 3, 80 / 3, 80 / 3),
+               "02_fsdp_single_gpu": (5, 1, 490, 5 / 3, 100 / 3, 100 / 3),
                "03_sharding_strategies": (6, 4, 115, 8.0, 160.0, 5 * 4 / 3),
                "04_multi_gpu": (4, 8, 57, 5.0, 100.0, 7 / 3 * 20 + 8 / 3),
                "05_multi_node": (6, 16, 115, 6.0, 120.0, 2 / 3 * 20 + 16 / 3)}
@@ -239,7 +239,7 @@ def test_the_guides_budget_table_worked_by_hand() -> None:
         assert rows[notebook] == [str(jobs), str(largest), str(counted), f"{each:.2f}", f"{cls:.1f}",
                                   f"{instructor:.1f}"], notebook
     total = [sum(v[i] for v in by_hand.values()) for i in range(6)]
-    own = 1 / 3 + 4 / 3 + 0 + 7 / 3 + 2 / 3
+    own = 1 / 3 + 5 / 3 + 0 + 7 / 3 + 2 / 3
     reruns = next(cells for name, cells in rows.items() if name.startswith("reruns: 25%"))
     assert reruns == ["", "", "", f"{0.25 * total[3]:.2f}", f"{0.25 * total[4]:.1f}", f"{0.25 * own * 20:.1f}"]
     sweep = next(cells for name, cells in rows.items() if name.startswith("03's challenge sweep"))

@@ -40,6 +40,7 @@ STATIC_RUNS: dict[str, dict[str, dict[str, Any]]] = {
         "full_shard": dict(step="fsdp_1gpu"),
         "full_shard+offload": dict(step="fsdp_1gpu", offload=True),
         "your shard_model": dict(step="fsdp_1gpu", wrap_function="shard_model.py:shard_model"),
+        "answer_only loss": dict(step="fsdp_1gpu", loss="answer_only"),   # the logits exercise's job
     },
     "03_sharding_strategies": {
         "ddp": dict(step="strategies", sharding="ddp"),

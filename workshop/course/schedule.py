@@ -50,7 +50,8 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 # for). The names are budget.STATIC_RUNS's; notebook 04's one group is every GPU count.
 WAVES: dict[str, list[list[str]]] = {
     "01_baseline": [["baseline"]],
-    "02_fsdp_single_gpu": [["baseline", "full_shard", "full_shard+offload"], ["your shard_model"]],
+    "02_fsdp_single_gpu": [["baseline", "full_shard", "full_shard+offload"], ["your shard_model"],
+                           ["answer_only loss"]],
     "03_sharding_strategies": [["ddp", "full_shard", "shard_grad_op", "offload", "activation_checkpointing"],
                                ["budget challenge"]],
     "05_multi_node": [["bandwidth gate"], ["failed rendezvous (to diagnose)"],
