@@ -56,3 +56,31 @@ def test_papermills_default_kernel_shows_the_warning_the_runner_avoids(
     assert printed(out)["transport"] == "tcp"
     captured = capfd.readouterr()
     assert WARNING in captured.err + captured.out
+
+
+@pytest.mark.slow   # nbgrader's API starts the kernel behind a method call, which the tier's reading cannot follow
+def test_the_graders_autograde_kernels_start_over_unix_sockets_without_the_warning(
+        tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """nbgrader's autograde, as `workshop.course.grade` runs it (its worker's API), on a one-cell assignment:
+    the kernel that re-executes the submission reports the `ipc` transport and prints no warning."""
+    import shutil
+
+    from workshop.course import grade
+
+    root = tmp_path / "course"
+    (root / "nbgrader_config.py").parent.mkdir()
+    (root / "nbgrader_config.py").write_text("c = get_config()\nc.CourseDirectory.course_id = 'tiny'\n")
+    one_cell_notebook(root / "source" / "tiny", "tiny")
+    db = root / "gradebook.db"
+    api = grade._worker_api(root, db)
+    assert api.generate_assignment("tiny", force=True, create=True)["success"]
+    submitted = root / "submitted" / "alice" / "tiny"
+    submitted.mkdir(parents=True)
+    shutil.copy2(root / "notebooks" / "tiny" / "tiny.ipynb", submitted)
+    ok, why, _ = grade.autograde_one(root, db, "tiny", "alice")
+    assert ok, why
+    seen = printed(root / "autograded" / "alice" / "tiny" / "tiny.ipynb")
+    assert seen["transport"] == "ipc" and Path(seen["ip"]).is_absolute()
+    assert not list(Path(seen["ip"]).parent.glob(Path(seen["ip"]).name + "-*"))   # its sockets were removed
+    captured = capfd.readouterr()
+    assert WARNING not in captured.err + captured.out

@@ -40,6 +40,7 @@ from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
 from workshop.course.integrity import UNREVIEWED, review
+from workshop.course.ipc_kernel import use_ipc_for_async_kernels
 from workshop.course.release import course_gradebook, nbgrader_config, venv_on_path
 
 # `verified_score`, `flags` (how many findings) and `flag_reasons` (one sentence each) come from the
@@ -189,6 +190,7 @@ def _worker_api(root: Path, db: Path) -> Any:
 
         config = nbgrader_config(root, root / "notebooks", db)
         config.GenerateFeedback.preprocessors = [HideModelAnswers, GetGrades, CSSHTMLHeaderPreprocessor]
+        use_ipc_for_async_kernels(config)   # no "running over TCP without encryption" from each autograde's kernel
         _apis[(root, db)] = NbGraderAPI(config=config)
     return _apis[(root, db)]
 
