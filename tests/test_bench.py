@@ -1,8 +1,9 @@
 """`workshop bench` keeps its promises on a CPU: real runs, an honest result file, no CPU numbers
 posing as GPU figures.
 
-The smoke run is the real harness (two configurations, each a real `workshop.training.train` process, one of
-them FSDP2), with the tiny model and as few steps as still leave one measured record.
+The smoke run is the real harness (two course configurations, each a real `workshop.training.train` process,
+one of them FSDP2, and the plain PyTorch loop it compares them with), with the tiny model and as few steps as
+still leave one measured record.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from workshop.results import bench
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     root = tmp_path_factory.mktemp("bench")
-    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", "baseline,full_shard",
+    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", f"baseline,{bench.PEER},full_shard",
                        "--warmup-steps", "1", "--measure-steps", "1", "--batch-size", "2",
                        "--output", str(root / "out"), "--runs-dir", str(root / "runs"), "--no-plot"])
     return code, root
@@ -34,17 +35,54 @@ def test_cpu_smoke_run_completes_every_configuration(smoke: tuple[int, Path]) ->
     code, root = smoke
     result = _result(root)
     assert code == 0, [(r["name"], r.get("error")) for r in result["configs"]]
-    assert [r["name"] for r in result["configs"]] == ["baseline", "full_shard"]
+    assert [r["name"] for r in result["configs"]] == ["baseline", bench.PEER, "full_shard"]
+    assert result["not_run"] == []
+    by_name = {r["name"]: r for r in result["configs"]}
     for row in result["configs"]:
         assert row["status"] == "completed"
-        assert row["measured_steps"] == 1 and row["steps"] == 4  # the warm-up record, the tracker's step 2 and the recorded step 3 dropped
+        # the warm-up record dropped; the course's runs also leave out the tracker's step 2 and the recorded
+        # step 3, the plain loop instruments nothing
+        assert row["measured_steps"] == 1 and row["steps"] == (2 if row["name"] == bench.PEER else 4)
         assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
         assert row["mfu"] is None  # no honest peak on a CPU
         assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == bench.SEQ_LEN
-    by_name = {r["name"]: r for r in result["configs"]}
+        # every row's throughput against the loop's, measured in the same run
+        assert row["vs_plain_loop"] == pytest.approx(row["samples_per_s"] / by_name[bench.PEER]["samples_per_s"],
+                                                     abs=1e-3)
     assert by_name["full_shard"]["sharding_applied"] == "full_shard"
     assert by_name["full_shard"]["wrapper"].startswith("FSDP")
     assert by_name["baseline"]["sharding_applied"] == "none"
+    # the loop is the peer, not the course: no Trainer, no FSDP wrapper, its own process and log
+    loop = by_name[bench.PEER]
+    assert loop["wrapper"] is None and loop["sharding_applied"].startswith("none (a plain loop")
+    assert "[plain loop] step 2/2" in (Path(loop["run_dir"]) / "job.log").read_text()
+    assert loop["train_loss"] > 0 and all(r["loss"] > 0 for r in loop["records"])
+    md = next((root / "out").glob("*.md")).read_text()
+    assert f"| {bench.PEER} | fp32 | none | 2 x 1 |" in md and "| x loop |" in md
+
+
+def test_the_plain_loop_uses_none_of_the_courses_code() -> None:
+    """What the loop imports: torch, transformers and the standard library; nothing of workshop."""
+    import ast
+
+    from workshop.results import plain_loop
+
+    tree = ast.parse(Path(plain_loop.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert "workshop" not in imported and {"torch", "transformers"} <= imported, imported
+
+
+def test_the_plain_loops_batches_pad_to_their_longest_and_mask_the_padding() -> None:
+    import torch
+
+    from workshop.results.plain_loop import IGNORE_INDEX, batches
+
+    got = batches([3, 5, 2], batch_size=2, vocab=50, pad_id=0, steps=2, generator=torch.Generator().manual_seed(0))
+    assert [tuple(b["input_ids"].shape) for b in got] == [(2, 5), (2, 3)]   # examples 1-2, then 3 and 1 again
+    assert got[0]["attention_mask"].sum(1).tolist() == [3, 5] and got[1]["attention_mask"].sum(1).tolist() == [2, 3]
+    for b in got:
+        assert ((b["labels"] == IGNORE_INDEX) == (b["attention_mask"] == 0)).all()
 
 
 def test_result_file_has_the_promised_shape(smoke: tuple[int, Path]) -> None:
@@ -64,6 +102,9 @@ def test_memory_prediction_column_is_present(smoke: tuple[int, Path]) -> None:
     _, root = smoke
     result = _result(root)
     for row in result["configs"]:
+        if row["name"] == bench.PEER:   # its memory is the process's RSS; the model is shown, not judged
+            assert row["mem_kind"] == "rss" and row["memory_rel_error"] is None
+            continue
         pred = row["prediction"]
         assert pred["total_mb"] > 0 and "activations" in pred["components_mb"]
         # predicted at the widest batch trained on: the longest of the examples the run used
@@ -78,10 +119,10 @@ def test_memory_prediction_column_is_present(smoke: tuple[int, Path]) -> None:
 def test_targets_are_not_evaluated_on_cpu(smoke: tuple[int, Path]) -> None:
     _, root = smoke
     targets = _result(root)["targets"]
-    assert len(targets) == 3
+    assert len(targets) == 6
     assert all(t["status"] == "not evaluated on CPU" for t in targets)
     md = next((root / "out").glob("*.md")).read_text()
-    assert md.count("**not evaluated on CPU**") == 3
+    assert md.count("**not evaluated on CPU**") == 6
 
 
 def test_refuses_to_write_cpu_numbers_into_benchmarks_results(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -123,14 +164,37 @@ def test_steady_state_drops_warmup_and_weights_by_time() -> None:
 
 
 def test_gpu_targets_are_judged_with_their_reasons() -> None:
-    def row(name: str, sps: float, mfu: float, err: float) -> dict:
-        return {"name": name, "status": "completed", "samples_per_s": sps, "mfu": mfu, "memory_rel_error": err}
+    def row(name: str, sps: float, mfu: float | None, err: float | None, tracker: float | None = 0.01) -> dict:
+        return {"name": name, "status": "completed", "samples_per_s": sps, "mfu": mfu, "memory_rel_error": err,
+                "tracker_rel_error": tracker}
 
-    rows = [row("seed-recipe", 10.0, 0.05, 0.02), row("baseline", 60.0, 0.45, -0.08), row("offload", 20.0, 0.1, 0.3)]
-    speed, mfu, mem = bench.evaluate_targets(rows, "cuda", "bloom-560m-random")
+    rows = [row("seed-recipe", 10.0, 0.05, 0.02), row("baseline", 60.0, 0.45, -0.08),
+            row(bench.PEER, 62.0, 0.9, None, None), row("full_shard", 50.0, 0.38, 0.05, -0.12),
+            row("offload", 20.0, 0.1, 0.3)]
+    speed, mfu, mem, cost, peer, tracker = bench.evaluate_targets(rows, "cuda", "bloom-560m-random")
     assert speed["status"] == "met" and speed["value"] == 6.0
-    assert mfu["status"] == "met" and "baseline" in mfu["why"]
-    assert mem["status"] == "not met" and "offload +30.0%" in mem["why"]
+    assert mfu["status"] == "met" and "baseline" in mfu["why"]      # the loop's 90 % is no course configuration's
+    assert mem["status"] == "not met" and "offload +30.0%" in mem["why"] and bench.PEER not in mem["why"]
+    assert cost["status"] == "not met" and cost["value"] == 0.83 and "full_shard 50.00 / baseline 60.00" in cost["why"]
+    assert peer["status"] == "met" and peer["value"] == 0.97
+    assert tracker["status"] == "not met" and "full_shard -12.0%" in tracker["why"] and bench.PEER not in tracker["why"]
+    bench.add_peer_ratios(rows)
+    assert [r["vs_plain_loop"] for r in rows] == [0.161, 0.968, 1.0, 0.806, 0.323]
+    # without the loop (not run, or failed) no row has a ratio and its target says why
+    alone = [r for r in rows if r["name"] != bench.PEER]
+    bench.add_peer_ratios(alone)
+    assert all(r["vs_plain_loop"] is None for r in alone)
+    peer = bench.evaluate_targets(alone, "cuda", "bloom-560m-random")[4]
+    assert peer["status"] == "not met" and f"no throughput for {bench.PEER}" in peer["why"]
+
+
+def test_a_bench_stopped_early_says_which_configurations_did_not_run() -> None:
+    result = {"device_name": "NVIDIA H200", "date": "2026-11-28", "model": "bloom-560m-random", "warmup_steps": 3,
+              "measure_steps": 10, "git_sha": "abc", "versions": {}, "configs": [], "targets": [], "notes": [],
+              "lengths": {"tokenizer": "t", "mean": 1, "p50": 1, "p95": 1, "max": 1, "examples": 1},
+              "not_run": ["offload", "answer_only"]}
+    md = bench.markdown(result)
+    assert "## Not run" in md and "- offload, answer_only: the bench stopped before them" in md
 
 
 def test_seed_recipe_pads_every_batch_to_the_fixed_width() -> None:

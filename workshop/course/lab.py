@@ -254,7 +254,18 @@ class Lab:
         df.attrs["notes"] = notes
         if save:
             df.to_csv(Path("tables") / f"{save}.csv")
+        self._say_the_gpu_figures(kind, jobs)
         return df
+
+    def _say_the_gpu_figures(self, kind: str, jobs: Sequence[Any]) -> None:
+        """Beside a table of CPU runs, one line: the same configuration on a real GPU, from the newest committed
+        bench result (workshop.results.gpu_reference); nothing when none exists or a run was on a GPU."""
+        from workshop.results.gpu_reference import line
+        from workshop.results.logs import load
+
+        devices = {(load(self._source(j)).summary or {}).get("device") for j in jobs}
+        if devices == {"cpu"} and (said := line(kind)):
+            print(said)
 
     @staticmethod
     def _source(job: Any) -> Any:

@@ -15,8 +15,13 @@ time-weighted over the remaining records. Peak memory is over training, from tra
 The seed recipe padded every example to 512 tokens: that is the config's `pad_to_max_length`, so
 every configuration, the seed recipe included, runs the training script's own path unchanged.
 
+Beside the course's configurations runs one peer that uses none of the course's code: a plain PyTorch loop
+(workshop.results.plain_loop) on the same shapes, batch and lengths. Every row's samples/s is also given as a
+ratio to it (`vs_plain_loop`): an absolute figure does not carry from one GPU to another, a ratio does.
+
 GPU figures go to benchmarks/results/; CPU numbers are refused there (smoke runs: benchmarks/smoke/,
-git-ignored).
+git-ignored). The result files are rewritten after each configuration, so a bench stopped by its time limit
+still leaves what it measured.
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ FIXTURE_TRAIN = 50  # examples in workshop/assets/squad_fixture/train.json
 SPEEDUP_TARGET = 5.0
 MFU_TARGET = 0.40
 MEMORY_TOLERANCE = 0.10
+SHARDING_COST_TARGET = 0.9   # full_shard on one GPU vs no sharding
+PEER_TARGET = 0.9            # the course baseline vs the plain loop
+PEER = "plain-loop"
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class BenchConfig:
     pad_to: int = 0  # > 0: every batch padded to this many tokens (the seed recipe)
     course_batch: bool = True  # use the bench's --batch-size (False: the recipe fixes its own batch)
     fit_batch: bool = False  # on a GPU: the largest micro-batch the memory model says fits the card
+    peer: bool = False  # the plain PyTorch loop (workshop.results.plain_loop), not the course's training script
 
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
@@ -70,6 +79,9 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                 course_batch=False),
     BenchConfig("baseline", "the course baseline: bf16, dynamic padding, no sharding",
                 dict(precision="bf16", sharding="none")),
+    BenchConfig(PEER, "the peer: a plain PyTorch loop on the same shapes, batch and lengths (bf16 autocast, fused "
+                "AdamW, clipping at 1.0; no Trainer, no FSDP, none of the course's code)",
+                dict(precision="bf16", sharding="none"), peer=True),
     BenchConfig("full_shard", "FSDP2 reshard_after_forward=True (FSDP1 FULL_SHARD)",
                 dict(precision="bf16", sharding="full_shard")),
     BenchConfig("shard_grad_op", "FSDP2 reshard_after_forward=False (FSDP1 SHARD_GRAD_OP)",
@@ -198,7 +210,7 @@ def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup
                        grad_acc=1)
     if device == "cpu":
         changes["precision"] = "fp32"
-    max_steps = steps_to_measure(warmup, measure)
+    max_steps = warmup + measure if bc.peer else steps_to_measure(warmup, measure)   # the loop instruments no step
     global_batch = changes["batch_size"] * changes.get("grad_acc", 1)
     return load_config(overrides=dict(
         model=model, dataset="fixture", train_size=train_size_for(global_batch, max_steps), eval_size=8,
@@ -246,6 +258,11 @@ def launch(cfg: RunConfig, pad_to: int, timeout: float, device: str,
         cmd = [sys.executable, *entry, "--config", str(config_path)]
         env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    return _run(cmd, env, out, timeout)
+
+
+def _run(cmd: list[str], env: dict[str, str], out: Path, timeout: float) -> tuple[int, str, float]:
+    """Run `cmd`, its output into out/job.log; (exit code, log, wall seconds), 124 when past `timeout`."""
     started = time.perf_counter()
     # Its own session, so a timeout kills torchrun's worker too and never leaves a GPU held.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -260,6 +277,38 @@ def launch(cfg: RunConfig, pad_to: int, timeout: float, device: str,
     wall = time.perf_counter() - started
     (out / "job.log").write_text(" ".join(cmd) + "\n" + log)
     return code, log, wall
+
+
+def peer_spec(cfg: RunConfig, lengths: list[int]) -> dict[str, Any]:
+    """What the plain loop needs to do the same work as `cfg`: the model's shapes (a BloomConfig dict), the
+    examples' token counts in fixture order, batch, steps, precision and the device's peak for MFU."""
+    from workshop.training import metrics, models
+
+    profile = models.resolve_profile(cfg.model)
+    if profile.shapes is not None:
+        model_config = models.bloom_config(profile.shapes, models.load_tokenizer(cfg.model)).to_diff_dict()
+    else:   # a local folder: its own config.json
+        model_config = json.loads((Path(profile.name) / "config.json").read_text())
+    for key in ("transformers_version", "architectures", "model_type", "torch_dtype", "dtype"):
+        model_config.pop(key, None)
+    peak = None
+    if cfg.device == "cuda":
+        import torch
+
+        peak = metrics.peak_for_name(torch.cuda.get_device_name(0), cfg.precision)
+    return {"model_config": model_config, "lengths": lengths[:cfg.train_size], "batch_size": cfg.batch_size,
+            "steps": cfg.max_steps, "device": cfg.device, "precision": cfg.precision, "seed": cfg.seed,
+            "output_dir": cfg.output_dir, "peak_tflops": peak}
+
+
+def launch_peer(cfg: RunConfig, lengths: list[int], timeout: float, device: str) -> tuple[int, str, float]:
+    """The plain loop in its own process (so its CUDA counters start from zero, as each course run's do)."""
+    out = Path(cfg.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spec = out / "plain_loop_spec.json"
+    spec.write_text(json.dumps(peer_spec(cfg, lengths), indent=1) + "\n")
+    return _run([sys.executable, "-m", "workshop.results.plain_loop", "--spec", str(spec)], child_env(device),
+                out, timeout)
 
 
 # ---------------------------------------------------------------------------------------- measuring
@@ -323,7 +372,10 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
             lengths: list[int], launcher: str = "torchrun") -> dict[str, Any]:
     """Run one configuration and turn its run folder into one row of the results."""
     run_dir = Path(cfg.output_dir)
-    code, log, wall = launch(cfg, bc.pad_to, timeout, device, launcher)
+    if bc.peer:
+        code, log, wall = launch_peer(cfg, lengths, timeout, device)
+    else:
+        code, log, wall = launch(cfg, bc.pad_to, timeout, device, launcher)
     seq = bc.pad_to or max(lengths[:cfg.train_size])
     row: dict[str, Any] = {"name": bc.name, "why": bc.why, "config": cfg.resolved(), "pad_to": bc.pad_to or None,
                            "run_dir": str(run_dir), "exit_code": code, "wall_s": round(wall, 1),
@@ -343,6 +395,7 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
     stats = steady_state(records, warmup)
     measured = summary.get("peak_mem_mb")
     comparable = summary.get("mem_kind") == "cuda_allocated" and measured
+    tracker = (summary.get("tensor_mem_mb_per_rank") or [None])[0] or {}
     row.update(
         status="completed" if stats["measured_steps"] else "failed",
         device_name=summary.get("device_name"), sharding_applied=summary.get("sharding_applied"),
@@ -350,6 +403,11 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
         steps=summary.get("steps"), warmup_steps=warmup, **stats,
         peak_mem_mb=measured, peak_reserved_mb=summary.get("peak_reserved_mb"), mem_kind=summary.get("mem_kind"),
         memory_rel_error=round((row["prediction"]["total_mb"] - measured) / measured, 4) if comparable else None,
+        # the tensor tracker's peak of its one step (PyTorch's MemTracker), against the same allocator peak
+        tracker_peak_mb=tracker.get("peak"),
+        tracker_rel_error=round((tracker["peak"] - measured) / measured, 4)
+        if comparable and tracker.get("peak") is not None else None,
+        fused_adamw=summary.get("fused_adamw"),
         train_loss=summary.get("train_loss"), loss=summary.get("loss"),
         logits_mb=(summary.get("logits_mb_per_rank") or [None])[0],
         records=[{k: r.get(k) for k in ("step", "loss", "step_time_s", "samples_per_s", "tokens_per_s", "tflops",
@@ -364,15 +422,56 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
 # ---------------------------------------------------------------------------------------- targets
 
 
+def add_peer_ratios(rows: list[dict[str, Any]]) -> None:
+    """Each row's samples/s as a ratio to the plain loop's in the same run (`vs_plain_loop`; None without it)."""
+    peer = next((r.get("samples_per_s") for r in rows if r["name"] == PEER), None)
+    for r in rows:
+        r["vs_plain_loop"] = round(r["samples_per_s"] / peer, 3) if peer and r.get("samples_per_s") else None
+
+
+def _ratio_target(target: dict[str, Any], top: dict[str, Any], bottom: dict[str, Any], wanted: float) -> None:
+    """`target` judged on top's samples/s over bottom's: met when the ratio reaches `wanted`."""
+    if top.get("samples_per_s") and bottom.get("samples_per_s"):
+        ratio = top["samples_per_s"] / bottom["samples_per_s"]
+        target.update(value=round(ratio, 2), status="met" if ratio >= wanted else "not met",
+                      why=f"{top['name']} {top['samples_per_s']:.2f} / {bottom['name']} {bottom['samples_per_s']:.2f} "
+                          f"samples/s = {ratio:.2f}x")
+    else:
+        missing = [r.get("name") for r in (top, bottom) if not r.get("samples_per_s")]
+        target.update(value=None, status="not met", why=f"no throughput for {', '.join(map(str, missing))} "
+                      "(not run, or failed)")
+
+
+def _band_target(target: dict[str, Any], errors: list[tuple[str, float | None]], what: str) -> None:
+    """`target` judged on relative errors: met when every one is measured and within MEMORY_TOLERANCE."""
+    unmeasured = [n for n, e in errors if e is None]
+    outside = [f"{n} {e:+.1%}" for n, e in errors if e is not None and abs(e) > MEMORY_TOLERANCE]
+    worst = max((abs(e) for _, e in errors if e is not None), default=None)
+    if unmeasured or not errors:
+        target.update(value=worst, status="not met",
+                      why=f"no comparable {what} for {', '.join(unmeasured) or 'any configuration'}"
+                          + (f"; outside the band: {', '.join(outside)}" if outside else ""))
+    else:
+        target.update(value=worst, status="not met" if outside else "met",
+                      why=(f"outside +-{MEMORY_TOLERANCE:.0%}: {', '.join(outside)}" if outside else
+                           f"worst error {worst:.1%}"))
+
+
 def evaluate_targets(rows: list[dict[str, Any]], device: str, model: str) -> list[dict[str, Any]]:
-    """Each of the issue's targets: met / not met / not evaluated, with the figure and the reason."""
+    """Each of the issue's targets: met / not met / not evaluated, with the figure and the reason. The plain
+    loop is a yardstick, not a course configuration: it counts in no target but the one that compares with it."""
     by_name = {r["name"]: r for r in rows}
-    ok = [r for r in rows if r["status"] == "completed"]
+    course = [r for r in rows if r["name"] != PEER]
     targets = [
         {"target": f"course baseline >= {SPEEDUP_TARGET:g}x the seed recipe in samples/s", "key": "speedup"},
         {"target": f"best configuration >= {MFU_TARGET:.0%} MFU", "key": "mfu"},
         {"target": f"memory model within {MEMORY_TOLERANCE:.0%} of measured peak (allocated) for every "
                    "configuration", "key": "memory"},
+        {"target": f"full_shard on one GPU >= {SHARDING_COST_TARGET:g}x no sharding (baseline) in samples/s",
+         "key": "sharding_cost"},
+        {"target": f"course baseline >= {PEER_TARGET:g}x the plain PyTorch loop in samples/s", "key": "peer"},
+        {"target": f"tensor tracker within {MEMORY_TOLERANCE:.0%} of measured peak (allocated) for every "
+                   "configuration", "key": "tracker"},
     ]
     skip = None
     if device != "cuda":
@@ -380,18 +479,11 @@ def evaluate_targets(rows: list[dict[str, Any]], device: str, model: str) -> lis
     elif not model.startswith("bloom-560m"):
         skip = f"not evaluated: the targets are for BLOOM-560M, this run used {model!r}"
 
-    base, seed = by_name.get("baseline", {}), by_name.get("seed-recipe", {})
-    if base.get("samples_per_s") and seed.get("samples_per_s"):
-        ratio = base["samples_per_s"] / seed["samples_per_s"]
-        targets[0].update(value=round(ratio, 2), status="met" if ratio >= SPEEDUP_TARGET else "not met",
-                          why=f"baseline {base['samples_per_s']:.2f} / seed recipe {seed['samples_per_s']:.2f} "
-                              f"samples/s = {ratio:.2f}x")
-    else:
-        missing = [n for n, r in (("baseline", base), ("seed-recipe", seed)) if not r.get("samples_per_s")]
-        targets[0].update(value=None, status="not met", why=f"no throughput for {', '.join(missing)} "
-                          "(not run, or failed)")
+    def row(name: str) -> dict[str, Any]:
+        return by_name.get(name, {"name": name})
 
-    mfus = [(r["mfu"], r["name"]) for r in ok if r.get("mfu") is not None]
+    _ratio_target(targets[0], row("baseline"), row("seed-recipe"), SPEEDUP_TARGET)
+    mfus = [(r["mfu"], r["name"]) for r in course if r["status"] == "completed" and r.get("mfu") is not None]
     if mfus:
         best, name = max(mfus)
         targets[1].update(value=best, status="met" if best >= MFU_TARGET else "not met",
@@ -400,19 +492,10 @@ def evaluate_targets(rows: list[dict[str, Any]], device: str, model: str) -> lis
     else:
         targets[1].update(value=None, status="not met", why="no configuration reported an MFU (no GPU peak "
                           "known for this device in workshop.training.metrics.PEAK_TFLOPS, or no run completed)")
-
-    errors = [(r["name"], r.get("memory_rel_error")) for r in rows]
-    unmeasured = [n for n, e in errors if e is None]
-    outside = [f"{n} {e:+.1%}" for n, e in errors if e is not None and abs(e) > MEMORY_TOLERANCE]
-    worst = max((abs(e) for _, e in errors if e is not None), default=None)
-    if unmeasured:
-        targets[2].update(value=worst, status="not met",
-                          why=f"no comparable CUDA peak for {', '.join(unmeasured)}"
-                              + (f"; outside the band: {', '.join(outside)}" if outside else ""))
-    else:
-        targets[2].update(value=worst, status="not met" if outside else "met",
-                          why=(f"outside +-{MEMORY_TOLERANCE:.0%}: {', '.join(outside)}" if outside else
-                               f"worst error {worst:.1%}"))
+    _band_target(targets[2], [(r["name"], r.get("memory_rel_error")) for r in course], "CUDA peak")
+    _ratio_target(targets[3], row("full_shard"), row("baseline"), SHARDING_COST_TARGET)
+    _ratio_target(targets[4], row("baseline"), row(PEER), PEER_TARGET)
+    _band_target(targets[5], [(r["name"], r.get("tracker_rel_error")) for r in course], "tracker and CUDA peak")
     if skip:
         for t in targets:
             t["why"] = f"{skip} (CPU figures, for the record only: {t['why']})" if device != "cuda" else t["why"]
@@ -445,9 +528,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"Lengths (non-pad tokens per example, {dist['tokenizer']}): mean {dist['mean']}, p50 {dist['p50']}, "
         f"p95 {dist['p95']}, max {dist['max']} over {dist['examples']} examples.",
         "",
-        "| config | precision | sharding | batch x acc | width | samples/s | tokens/s | TFLOP/s | MFU "
-        "| peak alloc MB | peak reserved MB | predicted MB | error | status |",
-        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| config | precision | sharding | batch x acc | width | samples/s | x loop | tokens/s | TFLOP/s | MFU "
+        "| peak alloc MB | peak reserved MB | predicted MB | error | tracker MB | tracker error | status |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
+        "| --- |",
     ]
     for r in result["configs"]:
         c = r["config"]
@@ -456,15 +540,20 @@ def markdown(result: dict[str, Any]) -> str:
         width = f"pad {r['pad_to']}" if r.get("pad_to") else f"dyn <= {r['prediction']['seq_len']}"
         lines.append(
             f"| {r['name']} | {c['precision']} | {sharding} | {c['batch_size']} x {c['effective_grad_acc']} | {width} "
-            f"| {_fmt(r.get('samples_per_s'), '.2f')} | {_fmt(r.get('tokens_per_s'), ',.0f')} "
+            f"| {_fmt(r.get('samples_per_s'), '.2f')} | {_fmt(r.get('vs_plain_loop'), '.2f')} "
+            f"| {_fmt(r.get('tokens_per_s'), ',.0f')} "
             f"| {_fmt(r.get('tflops'), '.1f')} | {_fmt(r.get('mfu'), '.1%')} | {_fmt(r.get('peak_mem_mb'), ',.0f')} "
             f"| {_fmt(r.get('peak_reserved_mb'), ',.0f')} | {_fmt(r['prediction']['total_mb'], ',.0f')} "
-            f"| {_fmt(r.get('memory_rel_error'), '+.1%')} | {r['status']} |")
+            f"| {_fmt(r.get('memory_rel_error'), '+.1%')} | {_fmt(r.get('tracker_peak_mb'), ',.0f')} "
+            f"| {_fmt(r.get('tracker_rel_error'), '+.1%')} | {r['status']} |")
     lines += ["", "## Targets", ""]
     lines += [f"- **{t['status']}** — {t['target']}: {t['why']}" for t in result["targets"]]
     failed = [r for r in result["configs"] if r["status"] != "completed"]
     if failed:
         lines += ["", "## Failures", ""] + [f"- {r['name']}: {r.get('error')}" for r in failed]
+    if result.get("not_run"):
+        lines += ["", "## Not run", "", f"- {', '.join(result['not_run'])}: the bench stopped before them (its time "
+                  "limit, or it was interrupted); the rows above are complete"]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -550,22 +639,6 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     runs_dir = opts.runs_dir or REPO / "runs" / "bench" / stem
     lengths = length_distribution(opts.model, SEQ_LEN)
 
-    rows = []
-    for name in opts.configs:
-        bc = CONFIGS[name]
-        cfg = run_config(bc, opts.model, opts.device, opts.batch_size, opts.warmup_steps, opts.measure_steps,
-                         runs_dir / name)
-        print(f"[bench] {name}: {bc.why} ...", flush=True)
-        row = measure(bc, cfg, opts.warmup_steps, opts.timeout, opts.device, lengths["lengths"], opts.launcher)
-        rows.append(row)
-        print(f"[bench] {name}: {row['status']} | {_fmt(row.get('samples_per_s'), '.2f')} samples/s | "
-              f"mfu {_fmt(row.get('mfu'), '.1%')} | peak {_fmt(row.get('peak_mem_mb'), ',.0f')} MB "
-              f"({row.get('mem_kind')}) | predicted {row['prediction']['total_mb']:,.0f} MB"
-              + (f" | {row['error']}" if row.get("error") else ""), flush=True)
-
-    measured_devices = {r.get("device_name") for r in rows if r.get("device_name")}
-    if opts.device == "cuda" and measured_devices - {device_name}:
-        raise RefusedOutput(f"asked for {device_name}, runs reported {sorted(measured_devices)}: not writing")
     notes = [
         "Throughput counts only non-pad tokens; MFU = achieved model FLOP/s / the device's dense peak "
         "(workshop/training/metrics.py: 6N + 12*L*h*s FLOPs per token, recomputation not counted).",
@@ -578,30 +651,52 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         "seed-recipe: pad_to_max_length=True with max_length 512 (every batch 512 tokens wide, as the seed did).",
         f"Each configuration is a separate process ({opts.launcher}; workshop.training.train --config), eval_generate off; "
         "evaluation time is excluded from throughput by the training script's metrics callback.",
+        f"{PEER}: workshop/results/plain_loop.py in its own process, none of the course's code; 'x loop' is each "
+        "row's samples/s over the loop's, on the same device in the same run. Its tracker and model columns are "
+        "empty or informational: it counts in no target but the one that compares with it.",
     ]
     if opts.device == "cpu":
         notes.insert(0, "CPU smoke run: precision forced to fp32, memory is peak RSS (not comparable with the "
                         "model), MFU n/a, targets not evaluated. Not a benchmark figure.")
-    result = {
+    result: dict[str, Any] = {
         "date": date, "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": opts.device, "device_name": device_name, "host": socket.gethostname(),
         "slurm_job_id": os.environ.get("SLURM_JOB_ID"), "model": opts.model, "versions": versions,
         "git_sha": run_record.git_sha(), "command": "workshop bench " + " ".join(sys.argv[1:]),
         "launcher": opts.launcher, "batch_size": opts.batch_size, "warmup_steps": opts.warmup_steps, "measure_steps": opts.measure_steps,
         "omp_num_threads": child_env(opts.device).get("OMP_NUM_THREADS"),
-        "lengths": lengths,
-        "configs": rows,
-        "targets": evaluate_targets(rows, opts.device, opts.model),
-        "notes": notes,
+        "lengths": lengths, "configs": [], "not_run": list(opts.configs), "targets": [], "notes": notes,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path = out_dir / f"{stem}.json"
-    json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    (out_dir / f"{stem}.md").write_text(markdown(result))
+    json_path, md_path, png_path = (out_dir / f"{stem}.{ext}" for ext in ("json", "md", "png"))
+
+    def write() -> None:
+        """The files as far as the bench got: a bench stopped by its time limit keeps what it measured."""
+        measured_devices = {r.get("device_name") for r in result["configs"] if r.get("device_name")}
+        if opts.device == "cuda" and measured_devices - {device_name}:
+            raise RefusedOutput(f"asked for {device_name}, runs reported {sorted(measured_devices)}: not writing")
+        add_peer_ratios(result["configs"])
+        result["targets"] = evaluate_targets(result["configs"], opts.device, opts.model)
+        json_path.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        md_path.write_text(markdown(result))
+
+    for name in opts.configs:
+        bc = CONFIGS[name]
+        cfg = run_config(bc, opts.model, opts.device, opts.batch_size, opts.warmup_steps, opts.measure_steps,
+                         runs_dir / name)
+        print(f"[bench] {name}: {bc.why} ...", flush=True)
+        row = measure(bc, cfg, opts.warmup_steps, opts.timeout, opts.device, lengths["lengths"], opts.launcher)
+        result["configs"].append(row)
+        result["not_run"].remove(name)
+        print(f"[bench] {name}: {row['status']} | {_fmt(row.get('samples_per_s'), '.2f')} samples/s | "
+              f"mfu {_fmt(row.get('mfu'), '.1%')} | peak {_fmt(row.get('peak_mem_mb'), ',.0f')} MB "
+              f"({row.get('mem_kind')}) | predicted {row['prediction']['total_mb']:,.0f} MB"
+              + (f" | {row['error']}" if row.get("error") else ""), flush=True)
+        write()
+    write()   # a bench of no configuration still says so
     if opts.plot:
-        plot(result, out_dir / f"{stem}.png")
-    result["paths"] = {"json": str(json_path), "md": str(out_dir / f"{stem}.md"),
-                       "png": str(out_dir / f"{stem}.png") if opts.plot else None}
+        plot(result, png_path)
+    result["paths"] = {"json": str(json_path), "md": str(md_path), "png": str(png_path) if opts.plot else None}
     return result
 
 
