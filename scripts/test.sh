@@ -7,8 +7,10 @@
 # the notebooks' own checks) and the rest (WORKSHOP_TEST_PART in tests/conftest.py). Much of each
 # part waits (Slurm's 10 s poll floor, a job's processes starting, a kernel starting); side by side
 # the two cores stay busy. The two local parts run at a lower CPU priority (nice), so the cluster's
-# timed checks see the cores they would see alone. With arguments: one pytest, as given; with --fast first,
-# the fast tier (below).
+# timed checks see the cores they would see alone. When the Slurm part ends, that reason ends with it: the
+# local parts and their processes go back to this script's priority (root only may raise a priority; elsewhere
+# they stay niced), so that on a shared machine they do not hand their CPU to a neighbour. With arguments: one
+# pytest, as given; with --fast first, the fast tier (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
@@ -34,10 +36,18 @@ slurm_pid=$!
 WORKSHOP_LOCAL_SLOTS="$scratch/slots-course" WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" \
     --basetemp="$scratch/course" --ignore=tests/slurm tests > "$scratch/course.log" 2>&1 &
 course_pid=$!
-trap 'kill "$slurm_pid" "$course_pid" 2>/dev/null || true' INT TERM
-rest=0
 WORKSHOP_LOCAL_SLOTS="$scratch/slots-rest" WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" \
-    --basetemp="$scratch/rest" --ignore=tests/slurm tests || rest=$?
+    --basetemp="$scratch/rest" --ignore=tests/slurm tests &
+rest_pid=$!
+descendants() { local p; for p in "$@"; do echo "$p"; descendants $(ps -o pid= --ppid "$p" || true); done; }
+(   # the Slurm part done: the local parts, and what they started, back at this script's priority
+    while kill -0 "$slurm_pid" 2>/dev/null; do sleep 2; done
+    renice -n "$(nice)" -p $(descendants "$rest_pid" "$course_pid") >/dev/null 2>&1 || true
+) &
+renice_pid=$!
+trap 'kill "$slurm_pid" "$course_pid" "$rest_pid" "$renice_pid" 2>/dev/null || true' INT TERM
+rest=0
+wait "$rest_pid" || rest=$?
 course=0
 wait "$course_pid" || course=$?
 slurm=0
