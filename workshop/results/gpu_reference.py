@@ -5,8 +5,8 @@ nothing of a GPU. `benchmarks/results/` holds what `workshop bench` measured on 
 with its device, date and versions). So `Lab.table` prints, beside a table of CPU runs, the matching rows of the
 newest committed result:
 
-    the same run on NVIDIA H200, measured 2026-12-01 (BLOOM-560M shapes, batch 32; benchmarks/results/...md):
-    full_shard 412.3 samples/s (0.91x a plain PyTorch loop), peak 14,204 MB
+    the same run on <GPU>, measured <date> (BLOOM-560M shapes, batch <B>; benchmarks/results/<date>-<gpu>.md):
+    full_shard <S> samples/s (<R>x a plain PyTorch loop), peak <M> MB
 
 No results file (no GPU has run the bench yet), or one this code cannot read: no line, and nothing fails.
 """

@@ -1,6 +1,6 @@
 """The bench's peer: a plain PyTorch training loop on the course's model shapes, batch and lengths.
 
-Why it exists: an absolute samples/s means little across GPUs, but "the course's baseline runs at 0.93x what
+Why it exists: an absolute samples/s means little across GPUs, but "the course's baseline runs at R x what
 a plain loop gets on the same card" carries to any card. So `workshop bench` runs this loop in the same run,
 on the same device, and gives every course configuration's throughput as a ratio to it.
 
