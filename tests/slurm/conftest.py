@@ -111,6 +111,16 @@ class SlurmCluster:
         raise AssertionError(f"job {jobid} not RUNNING after {timeout}s (state {state!r})")
 
 
+def query_slots(calls: list[tuple[float, str]]) -> list[float]:
+    """When a poller asked Slurm, one time a query: of (time, command) pairs, the sacct and squeue calls, a squeue
+    right after a sacct (< 2 s) counted with it. workshop.slurm.slurm_backend asks, for a job sacct calls PENDING,
+    squeue's reason for the wait (%r) in the same poll slot; a squeue alone (accounting did not answer) is a query
+    of its own."""
+    asked = [(t, cmd) for t, cmd in calls if cmd in ("sacct", "squeue")]
+    return [t for i, (t, cmd) in enumerate(asked)
+            if not (cmd == "squeue" and i and asked[i - 1][1] == "sacct" and t - asked[i - 1][0] < 2)]
+
+
 def _slurm_installed() -> bool:
     return all(
         shutil.which(p) or os.path.exists(f"/usr/sbin/{p}") for p in ("sbatch", "slurmctld", "slurmd")

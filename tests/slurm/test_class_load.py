@@ -31,6 +31,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.conftest import query_slots
+
 pytestmark = pytest.mark.slurm
 
 WATCHERS = int(os.environ.get("WORKSHOP_CLASS_WATCHERS", "20"))
@@ -154,10 +156,7 @@ def test_a_class_of_watchers_stays_within_one_query_per_10s_each(slurm_cluster, 
           f"(sacctmgr show stats): {dbd} ({per_query_dbd:.1f} per sacct query)")
 
     for r in results:
-        # one query a poll: sacct, and for a job it calls PENDING, squeue's reason for the wait (%r) asked in the
-        # same poll (or squeue alone where accounting did not answer): a squeue right after a sacct is that query's
-        calls = [t for i, (t, cmd) in enumerate(r["calls"])
-                 if not (cmd == "squeue" and i and r["calls"][i - 1][1] == "sacct" and t - r["calls"][i - 1][0] < 2)]
+        calls = query_slots(r["calls"])   # a pending job's squeue counted with its poll's sacct
         assert len(calls) <= int(r["watched_s"] // MIN_POLL_INTERVAL) + 1, r
         assert all(b - a >= MIN_POLL_INTERVAL - 0.05 for a, b in zip(calls, calls[1:])), r
         states = [s for _, s in r["seen"]]
