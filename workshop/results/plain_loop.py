@@ -51,7 +51,7 @@ def batches(lengths: list[int], batch_size: int, vocab: int, pad_id: int, steps:
     return out
 
 
-def adamw(params: Any, device: torch.device) -> tuple[torch.optim.Optimizer, bool]:
+def adamw(params: Any) -> tuple[torch.optim.Optimizer, bool]:
     """Fused AdamW where this torch has it for the device (CUDA always; CPU in recent torch), else foreach."""
     params = list(params)
     try:
@@ -72,7 +72,7 @@ def train(spec: dict[str, Any]) -> dict[str, Any]:
     model.train()
     # the course's FLOP count per token (6N + 12·L·h·s), from this model: tied embeddings counted once
     n_params = sum(p.numel() for p in model.parameters())
-    optimizer, fused = adamw(model.parameters(), device)
+    optimizer, fused = adamw(model.parameters())
     gen = torch.Generator().manual_seed(spec.get("seed", 42))
     data = batches(spec["lengths"], spec["batch_size"], config.vocab_size, config.pad_token_id or 0, spec["steps"], gen)
     bf16 = spec["precision"] == "bf16"
