@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from workshop.slurm.ports import rendezvous_port
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 # Small but real: 2 epochs over 24 fixture examples, no generation unless a test asks for it. The
@@ -37,9 +38,8 @@ class Run:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A rendezvous port below the ephemeral range (workshop/slurm/ports.py says why)."""
+    return rendezvous_port()
 
 
 def clean_env() -> dict[str, str]:

@@ -28,6 +28,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from workshop.slurm.ports import rendezvous_port
+
 ROOT = Path(__file__).resolve().parent.parent
 STUDENT_DIR = ROOT / "notebooks" / "01_baseline"
 NOTEBOOK = STUDENT_DIR / "01_baseline.ipynb"
@@ -48,9 +50,8 @@ JOB_CELL = ("submit(", ".run(", ".wait(")     # the first code cell with one of 
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for the server below the ephemeral range (workshop/slurm/ports.py says why)."""
+    return rendezvous_port()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

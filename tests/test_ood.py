@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 import yaml
 
 from workshop.course.ood import FILES, render_app
+from workshop.slurm.ports import rendezvous_port
 
 SAMPLE = {  # what OOD's context holds at launch (ERB expression -> value)
     "partition": "gpu_a100", "reservation.to_s.strip": "fsdp-workshop", "context.course_dir.to_s.strip.shellescape":
@@ -194,9 +194,8 @@ def test_the_scripts_are_valid_bash(app: Path, rel: str, tmp_path: Path) -> None
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port for the server below the ephemeral range (workshop/slurm/ports.py says why)."""
+    return rendezvous_port()
 
 
 def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workshop.slurm.ports import rendezvous_port
 from workshop.training.config import ENV_VARS, RunConfig, load_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,9 +224,8 @@ def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A rendezvous port below the ephemeral range (workshop/slurm/ports.py says why)."""
+    return rendezvous_port()
 
 
 def child_env(device: str) -> dict[str, str]:

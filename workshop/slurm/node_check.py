@@ -93,13 +93,11 @@ def nccl_check() -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     t0 = time.perf_counter()
     try:
         torch.cuda.set_device(0)
-        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
+        # one rank: its store listens on port 0, assigned by the kernel as it listens (slurm/ports.py)
+        dist.init_process_group("nccl", init_method="tcp://127.0.0.1:0", rank=0, world_size=1,
                                 device_id=torch.device("cuda", 0))
         x = torch.full((1024,), 2.0, device="cuda")
         dist.all_reduce(x)

@@ -70,16 +70,13 @@ def stand_in_for_torchrun(cfg: RunConfig, env: MutableMapping[str, str] = os.env
 
     The batch script starts a one-process job with plain `python` (render.py): torchrun's own
     interpreter and torch import cost ~2 s of CPU per job for nothing to coordinate. With this
-    environment a one-process FSDP run still builds its (one-rank) process group."""
+    environment a one-process FSDP run still builds its (one-rank) process group. Its store listens
+    on port 0, which the kernel assigns as it listens: no other rank has to find it, and a port chosen
+    first and listened on seconds later (after the imports) can be taken meanwhile (slurm/ports.py)."""
     if "WORLD_SIZE" in env or cfg.world_size != 1:
         return
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+               MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
 
 
 def skip_datasets_unless_needed(cfg: RunConfig) -> None:
