@@ -139,11 +139,45 @@ def sacct(job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
 
 
 def hostnames(nodelist: str) -> set[str]:
-    """Slurm's compressed node list (n[1-2],gpu07) as names, by Slurm's own expansion."""
+    """Slurm's compressed node list (n[1-2],gpu07) as names, by Slurm's own expansion where it works.
+
+    `scontrol show hostnames` needs a slurm.conf even for this local computation: on a machine with
+    Slurm's client but no configuration (an instructor's laptop, a test machine between clusters) it
+    fails, and the compressed list read as one name would flag every multi-node job. The common forms
+    are then expanded here."""
     if not nodelist or nodelist in ("None assigned", "(null)"):
         return set()
-    proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30)
-    return set(proc.stdout.split()) if proc.returncode == 0 else {nodelist}
+    try:
+        proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return expand_hostlist(nodelist)
+    return set(proc.stdout.split()) if proc.returncode == 0 else expand_hostlist(nodelist)
+
+
+def expand_hostlist(nodelist: str) -> set[str]:
+    """`gpu[06-07,10],login1` -> {gpu06, gpu07, gpu10, login1}: ranges keep their zero padding, and a
+    name may hold several bracket groups (`r[1-2]n[1-2]`). A form not understood stays one name."""
+    names: set[str] = set()
+    for item in re.findall(r"(?:[^,\[]|\[[^\]]*\])+", nodelist):
+        names |= _expand_one(item)
+    return names
+
+
+def _expand_one(item: str) -> set[str]:
+    found = re.match(r"([^\[]*)\[([^\]]*)\](.*)", item)
+    if not found:
+        return {item}
+    head, ranges, tail = found.groups()
+    out: set[str] = set()
+    for part in ranges.split(","):
+        lo, _, hi = part.partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()) or (hi and int(hi) < int(lo)):
+            return {item}
+        width = len(lo)
+        out |= {f"{head}{n:0{width}d}{rest}" for n in range(int(lo), int(hi or lo) + 1)
+                for rest in _expand_one(tail)}
+    return out
 
 
 def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | None) -> None:
