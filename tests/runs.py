@@ -37,11 +37,6 @@ class Run:
         return json.loads(path.read_text())
 
 
-def free_port() -> int:
-    """A rendezvous port below the ephemeral range (workshop/slurm/ports.py says why)."""
-    return rendezvous_port()
-
-
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "WORKSHOP_"))}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -53,7 +48,7 @@ def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, time
     out_dir.mkdir(parents=True, exist_ok=True)
     train_flags = [*BASE_FLAGS, *flags, "--output-dir", str(out_dir), "--nodes", str(nnodes),
                    "--procs-per-node", str(nproc)]
-    port = free_port()
+    port = rendezvous_port()
     if nnodes == 1:
         launchers = [[*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
                       "--master-port", str(port), "-m", "workshop.training.train", *train_flags]]
@@ -82,7 +77,7 @@ def accelerate(out_dir: Path, yaml_text: str, flags: list[str], nproc: int = 1, 
     hosting the rendezvous. The flags name no world: the YAML's processes are the run's."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "accelerate.yaml").write_text(yaml_text)
-    port = free_port()
+    port = rendezvous_port()
     launchers = [[sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(out_dir / "accelerate.yaml"),
                   "--num_processes", str(nproc * nnodes), "--num_machines", str(nnodes), "--machine_rank", str(i),
                   "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),

@@ -49,11 +49,6 @@ SMALL_RUN = "dict(train_size=8, eval_size=4, epochs=1, eval_generate=False)"
 JOB_CELL = ("submit(", ".run(", ".wait(")     # the first code cell with one of these starts the job
 
 
-def _free_port() -> int:
-    """A port for the server below the ephemeral range (workshop/slurm/ports.py says why)."""
-    return rendezvous_port()
-
-
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """End a process we started in its own session, and everything it started there."""
     if proc.poll() is not None:
@@ -220,7 +215,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     # the course kernel, registered the way a student's environment gets it
     subprocess.run([sys.executable, "-m", "workshop.course.kernel", "--profile", "local"], env=env, check=True,
                    capture_output=True, timeout=60)
-    port, token = _free_port(), base64.b32encode(os.urandom(15)).decode().lower()
+    port, token = rendezvous_port(), base64.b32encode(os.urandom(15)).decode().lower()
     log = open(tmp_path / "jupyterlab.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import TORCHRUN, clean_env, free_port
+from tests.runs import TORCHRUN, clean_env
+from workshop.slurm.ports import rendezvous_port
 from workshop.results import traffic
 
 pytestmark = pytest.mark.slow
@@ -25,7 +26,7 @@ WORKER = Path(__file__).with_name("collectives_worker.py")
 
 def two_nodes(out: Path) -> dict[str, list[dict]]:
     """Per strategy, every rank's record (rank 0 first), from one launch of two "nodes"."""
-    port = free_port()
+    port = rendezvous_port()
     launchers = [subprocess.Popen([*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
                                    "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"collectives-{port}",
                                    str(WORKER), str(out)],

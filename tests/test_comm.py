@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.runs import TORCHRUN, RunCache, clean_env, free_port
+from tests.runs import TORCHRUN, RunCache, clean_env
+from workshop.slurm.ports import rendezvous_port
 from workshop.results import comm
 from workshop.results.logs import ParsedLog
 from workshop.training import comm_trace
@@ -30,7 +31,7 @@ probe_test = pytest.mark.slow
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("comm-probe")
-    cmd = [*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(free_port()),
+    cmd = [*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(rendezvous_port()),
            str(PROBE), str(out)]
     done = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=300)
     assert (out / "done-0.json").is_file() and (out / "done-1.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]

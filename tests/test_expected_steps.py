@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import TORCHRUN, clean_env, free_port
+from tests.runs import TORCHRUN, clean_env
+from workshop.slurm.ports import rendezvous_port
 from workshop.training.fsdp_rules import expected_steps
 
 # (train_size, epochs, batch_size, grad_acc, world_size) -> steps, by hand:
@@ -86,7 +87,7 @@ def test_the_trainer_takes_the_steps_the_rule_predicts(tmp_path: Path) -> None:
     cases = {name: args for name, (args, _) in CASES.items()}
     assert {args[4] for args in cases.values()} == {2}
     proc = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
-                           str(free_port()), str(script), json.dumps(cases), str(tmp_path / "out")],
+                           str(rendezvous_port()), str(script), json.dumps(cases), str(tmp_path / "out")],
                           capture_output=True, text=True, env=clean_env(), timeout=600)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("STEPS ")), None)
     assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]

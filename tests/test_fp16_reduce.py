@@ -52,12 +52,13 @@ STUDENT = textwrap.dedent('''
 
 
 def test_a_students_units_reducing_in_fp16_stop_an_fp16_job(tmp_path: Path) -> None:
-    from tests.runs import clean_env, free_port
+    from tests.runs import clean_env
+    from workshop.slurm.ports import rendezvous_port
 
     student = tmp_path / "student.py"
     student.write_text(STUDENT)
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(student), str(free_port())], cwd=root, env=clean_env(),
+    done = subprocess.run([sys.executable, "-c", SCRIPT, str(student), str(rendezvous_port())], cwd=root, env=clean_env(),
                           capture_output=True, text=True, timeout=240)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("fp16_reduce", "fp32_reduce"))]
     assert len(lines) == 2, done.stdout[-2000:] + done.stderr[-3000:]

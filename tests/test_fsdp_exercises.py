@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import TORCHRUN, RunCache, clean_env, free_port
+from tests.runs import TORCHRUN, RunCache, clean_env
+from workshop.slurm.ports import rendezvous_port
 from workshop.training import consistency, fsdp_rules, wrap_function
 
 pytestmark = pytest.mark.slow
@@ -140,7 +141,7 @@ def test_torchrun_by_hand_takes_its_world_from_the_launcher(tmp_path: Path) -> N
     assert command == ".venv/bin/torchrun --nproc-per-node 2 -m workshop.training.train --sharding full_shard"
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")     # the README's paths, but runs/latest lands in tmp
     env = {**clean_env(), "TRAIN_SIZE": "8", "EVAL_SIZE": "4", "NUM_EPOCHS": "1"}   # the seed's variables: small
-    env["PET_MASTER_PORT"] = str(free_port())     # torchrun's own default for --master-port: no clash
+    env["PET_MASTER_PORT"] = str(rendezvous_port())     # torchrun's own default for --master-port: no clash
     p = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     summary = json.loads((tmp_path / "runs" / "latest" / "summary.json").read_text())
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
@@ -149,7 +150,7 @@ def test_torchrun_by_hand_takes_its_world_from_the_launcher(tmp_path: Path) -> N
 
 
 def test_a_config_that_fixes_another_world_still_stops(tmp_path: Path) -> None:
-    p = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "workshop.training.train",
+    p = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "--master-port", str(rendezvous_port()), "-m", "workshop.training.train",
                         "--sharding", "full_shard", "--procs-per-node", "1", "--output-dir", str(tmp_path)],
                        env=clean_env(), capture_output=True, text=True, timeout=300)
     assert p.returncode != 0

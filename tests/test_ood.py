@@ -193,11 +193,6 @@ def test_the_scripts_are_valid_bash(app: Path, rel: str, tmp_path: Path) -> None
     assert out.returncode == 0, out.stderr
 
 
-def _free_port() -> int:
-    """A port for the server below the ephemeral range (workshop/slurm/ports.py says why)."""
-    return rendezvous_port()
-
-
 def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
     """before.sh + script.sh as OOD runs them (its helpers stubbed, loopback only): the view's form
     logs in behind /node/<host>/<port>/, and the server offers the course kernel by default. The
@@ -213,7 +208,7 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
     render_app(profile, app)
     session = tmp_path / "session"
     session.mkdir()
-    port = _free_port()
+    port = rendezvous_port()  # below the ephemeral range: slurm/ports.py
     (session / "before.sh").write_text(erb_sample((app / "template/before.sh.erb").read_text()))
     (session / "script.sh").write_text(erb_sample((app / "template/script.sh.erb").read_text()))
     # OOD's basic template: helpers, then before.sh sourced, then script.sh; every server on 127.0.0.1 here

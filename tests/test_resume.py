@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runs import BASE_FLAGS, TORCHRUN, clean_env, free_port, train
+from tests.runs import BASE_FLAGS, TORCHRUN, clean_env, train
+from workshop.slurm.ports import rendezvous_port
 from workshop.training.config import ConfigError, RunConfig, load_config
 
 FLAGS = ["--sharding", "full_shard"]
@@ -37,7 +38,7 @@ def stop_with_usr1(out_dir: Path, after_step: int, nproc: int = 2) -> tuple[str,
     """Start the run, and once the log shows `after_step`, send USR1 to the last worker only."""
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port",
-           str(free_port()), "-m", "workshop.training.train", *BASE_FLAGS, *FLAGS, "--output-dir", str(out_dir),
+           str(rendezvous_port()), "-m", "workshop.training.train", *BASE_FLAGS, *FLAGS, "--output-dir", str(out_dir),
            "--procs-per-node", str(nproc)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
     lines: list[str] = []

@@ -223,11 +223,6 @@ def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup
 # ---------------------------------------------------------------------------------------- launching
 
 
-def free_port() -> int:
-    """A rendezvous port below the ephemeral range (workshop/slurm/ports.py says why)."""
-    return rendezvous_port()
-
-
 def child_env(device: str) -> dict[str, str]:
     """The environment of a run: no seed env vars (they would override the config file), no Hub,
     the repo importable, and on a GPU every CPU core for the offload configuration's CPU AdamW
@@ -250,7 +245,7 @@ def launch(cfg: RunConfig, pad_to: int, timeout: float, device: str,
     out.mkdir(parents=True, exist_ok=True)
     config_path = cfg.to_json(out / "config.json")
     entry = ["-m", "workshop.training.train"]
-    env, port = child_env(device), str(free_port())
+    env, port = child_env(device), str(rendezvous_port())
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
                "--master-port", port, *entry, "--config", str(config_path)]
