@@ -209,3 +209,49 @@ def test_seed_recipe_pads_every_batch_to_the_fixed_width() -> None:
     assert (batch["labels"][:, 3:] == IGNORE_INDEX).all() and (batch["input_ids"][:, 3:] == 3).all()
     assert DynamicPaddingCollator(3)([{"input_ids": [5, 6], "labels": [5, 6]}])["input_ids"].shape == (1, 2)
 
+
+
+# What the bench builds on the lent GPU machine, built here: no CPU run reaches the GPU-only paths (the seed
+# recipe's fp16 at its own width, answer_only's fitted batch), and a configuration that cannot be built there
+# would end the one GPU run before its first row.
+CARDS = {"cpu": None, "H200 (141 GB)": 150_121_545_728, "H100 (80 GB)": 85_030_109_184}
+
+
+@pytest.mark.parametrize("card", list(CARDS))
+@pytest.mark.parametrize("name", [n for n in bench.CONFIGS])
+def test_every_configuration_builds_as_each_card_would_build_it(name: str, card: str, tmp_path: Path) -> None:
+    bc = bench.CONFIGS[name]
+    device = "cpu" if card == "cpu" else "cuda"
+    cfg = bench.run_config(bc, "bloom-560m-random", device, 32, 3, 10, tmp_path / name, gpu_bytes=CARDS[card])
+    assert cfg.max_length == bench.SEQ_LEN and cfg.train_size % (cfg.batch_size * cfg.effective_grad_acc) == 0
+    assert cfg.train_size <= bench.FIXTURE_TRAIN
+    if name == "seed-recipe":   # its own batch and width, not the bench's
+        assert (cfg.batch_size, cfg.effective_grad_acc, cfg.pad_to_max_length) == (1, 4, True)
+        assert cfg.precision == ("fp32" if device == "cpu" else "fp16")
+    if bc.fit_batch and device == "cuda":   # the memory model's largest batch, no more than the fixture holds
+        fitted = bench.fitting_batch(dict(bc.changes), "bloom-560m-random", CARDS[card], limit=10**6)
+        assert cfg.batch_size == min(fitted, bench.FIXTURE_TRAIN) and cfg.batch_size > 32
+    prediction = bench.predict(cfg, bench.SEQ_LEN)
+    assert prediction["total_mb"] > 0
+
+
+def test_the_prediction_counts_the_seed_recipes_accumulated_gradient(tmp_path: Path) -> None:
+    """grad_acc 4 keeps the whole fp32 gradient between micro-batches: 4 bytes a parameter more than grad_acc 1."""
+    from workshop.results import memory
+
+    seed = bench.run_config(bench.CONFIGS["seed-recipe"], "bloom-560m-random", "cuda", 32, 3, 10, tmp_path)
+    alone = memory.estimate("bloom-560m-random", "none", 1, "fp16", 1, bench.SEQ_LEN, grad_acc=1)
+    held = bench.predict(seed, bench.SEQ_LEN)["total_mb"] - alone.gpu_peak / memory.MB
+    assert held == pytest.approx(4 * memory.get_arch("bloom-560m-random").params / memory.MB, rel=0.02)
+
+
+def test_a_configuration_that_cannot_be_built_costs_its_row_not_the_bench(tmp_path: Path) -> None:
+    """A batch larger than the fixture cannot be timed in whole steps: the bench says so, names it, goes on."""
+    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", "baseline,full_shard", "--batch-size", "60",
+                       "--output", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs"), "--no-plot"])
+    result = json.loads(next((tmp_path / "out").glob("*.json")).read_text())
+    assert code == 1 and result["configs"] == [] and result["not_run"] == []
+    assert [c["name"] for c in result["not_configured"]] == ["baseline", "full_shard"]
+    assert "global batch 60 is larger than the fixture (50 examples)" in result["not_configured"][0]["error"]
+    md = next((tmp_path / "out").glob("*.md")).read_text()
+    assert "## Not configured" in md and "- full_shard: global batch 60" in md

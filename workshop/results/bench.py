@@ -198,26 +198,31 @@ def steps_to_measure(warmup: int, measure: int) -> int:
 
 
 def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup: int, measure: int,
-               out_dir: Path) -> RunConfig:
+               out_dir: Path, gpu_bytes: int | None = None) -> RunConfig:
     """The RunConfig of one configuration, validated; on a CPU every precision becomes fp32 (fp16
-    needs a GPU, bf16 on CPU measures nothing the course cares about)."""
+    needs a GPU, bf16 on CPU measures nothing the course cares about). `gpu_bytes`: the card's memory for a
+    fitted batch (default: the visible GPU's), so a CPU test can build what an H100 or an H200 would run."""
     changes = dict(bc.changes)
     if bc.course_batch:
         changes.update(batch_size=batch_size, grad_acc=1)
     if bc.fit_batch and device == "cuda":
-        import torch
+        if gpu_bytes is None:
+            import torch
 
-        changes.update(batch_size=fitting_batch(changes, model, torch.cuda.get_device_properties(0).total_memory),
-                       grad_acc=1)
+            gpu_bytes = torch.cuda.get_device_properties(0).total_memory
+        # no larger than the fixture: a batch of more examples than it holds has no whole step to time
+        changes.update(batch_size=fitting_batch(changes, model, gpu_bytes, limit=FIXTURE_TRAIN), grad_acc=1)
     if device == "cpu":
         changes["precision"] = "fp32"
     max_steps = warmup + measure if bc.peer else steps_to_measure(warmup, measure)   # the loop instruments no step
     global_batch = changes["batch_size"] * changes.get("grad_acc", 1)
-    return load_config(overrides=dict(
+    settings: dict[str, Any] = dict(
         model=model, dataset="fixture", train_size=train_size_for(global_batch, max_steps), eval_size=8,
         eval_split="dev", max_length=SEQ_LEN, global_batch=0, max_steps=max_steps, logging_steps=1,
         eval_generate=False, device=device, nodes=1, procs_per_node=1, wandb="disabled",
-        output_dir=str(out_dir), **changes))
+        output_dir=str(out_dir))
+    settings.update(changes)   # the configuration's own settings win (the seed recipe restates max_length)
+    return load_config(overrides=settings)
 
 
 # ---------------------------------------------------------------------------------------- launching
@@ -342,9 +347,10 @@ def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None,
     sharding = "ddp" if cfg.sharding == "none" and wrapper == "DistributedDataParallel" else cfg.sharding
     if cfg.loss == "answer_only" and answer_tokens is None:
         answer_tokens = cfg.batch_size * FIT_ANSWER_TOKENS   # before the run: the search's assumption
+    # grad_acc: the seed recipe accumulates 4 micro-batches, and keeps a full fp32 gradient between them
     bd = memory.estimate(cfg.model, sharding, cfg.world_size, cfg.precision, cfg.batch_size, seq_len,
-                         cfg.offload, cfg.activation_checkpointing, cfg.replicas, loss=cfg.loss,
-                         answer_tokens=answer_tokens)
+                         cfg.offload, cfg.activation_checkpointing, cfg.replicas, grad_acc=cfg.effective_grad_acc,
+                         device="cpu" if cfg.device == "cpu" else "cuda", loss=cfg.loss, answer_tokens=answer_tokens)
     # what a GPU's allocator holds: the tracker's peak plus DDP's gradient buckets
     return {"seq_len": seq_len, "predicted_as": sharding, "total_mb": round(bd.gpu_peak / memory.MB, 1),
             "components_mb": {k: round(v, 1) for k, v in bd.as_mb().items()}}
@@ -549,6 +555,8 @@ def markdown(result: dict[str, Any]) -> str:
     if result.get("not_run"):
         lines += ["", "## Not run", "", f"- {', '.join(result['not_run'])}: the bench stopped before them (its time "
                   "limit, or it was interrupted); the rows above are complete"]
+    if result.get("not_configured"):
+        lines += ["", "## Not configured", ""] + [f"- {c['name']}: {c['error']}" for c in result["not_configured"]]
     lines += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
     return "\n".join(lines) + "\n"
 
@@ -660,7 +668,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         "git_sha": run_record.git_sha(), "command": "workshop bench " + " ".join(sys.argv[1:]),
         "launcher": opts.launcher, "batch_size": opts.batch_size, "warmup_steps": opts.warmup_steps, "measure_steps": opts.measure_steps,
         "omp_num_threads": child_env(opts.device).get("OMP_NUM_THREADS"),
-        "lengths": lengths, "configs": [], "not_run": list(opts.configs), "targets": [], "notes": notes,
+        "lengths": lengths, "configs": [], "not_run": list(opts.configs), "not_configured": [], "targets": [],
+        "notes": notes,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path, png_path = (out_dir / f"{stem}.{ext}" for ext in ("json", "md", "png"))
@@ -677,8 +686,15 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
 
     for name in opts.configs:
         bc = CONFIGS[name]
-        cfg = run_config(bc, opts.model, opts.device, opts.batch_size, opts.warmup_steps, opts.measure_steps,
-                         runs_dir / name)
+        try:
+            cfg = run_config(bc, opts.model, opts.device, opts.batch_size, opts.warmup_steps, opts.measure_steps,
+                             runs_dir / name)
+        except ValueError as e:   # one configuration this card or model cannot build costs its row, not the bench
+            result["not_run"].remove(name)
+            result["not_configured"].append({"name": name, "error": str(e)})
+            print(f"[bench] {name}: not configured | {e}", flush=True)
+            write()
+            continue
         print(f"[bench] {name}: {bc.why} ...", flush=True)
         row = measure(bc, cfg, opts.warmup_steps, opts.timeout, opts.device, lengths["lengths"], opts.launcher)
         result["configs"].append(row)
@@ -743,7 +759,7 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(result), end="")
     print(f"[bench] wrote {result['paths']['json']}, {result['paths']['md']}"
           + (f", {result['paths']['png']}" if result["paths"]["png"] else ""))
-    return 0 if all(r["status"] == "completed" for r in result["configs"]) else 1
+    return 0 if all(r["status"] == "completed" for r in result["configs"]) and not result["not_configured"] else 1
 
 
 if __name__ == "__main__":
