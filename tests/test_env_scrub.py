@@ -21,3 +21,9 @@ def test_without_a_record_the_activated_virtualenv_goes_from_path() -> None:
     env = {"PATH": "/home/s/.venv/bin:/usr/local/bin:/usr/bin:/usr/local/bin", "VIRTUAL_ENV": "/home/s/.venv/"}
     assert scrubbed_env(env)["PATH"] == "/usr/local/bin:/usr/bin"
     assert scrubbed_env({"PATH": "/a:/b"})["PATH"] == "/a:/b"
+
+
+def test_a_local_jobs_rendezvous_port_is_not_handed_on() -> None:
+    """The local backend gives each multi-node job its own port; a job submitted from inside one chooses anew."""
+    out = scrubbed_env({"PATH": "/usr/bin", "WORKSHOP_RDZV_PORT": "23456", "WORKSHOP_SITE_PATH": "/usr/bin"})
+    assert "WORKSHOP_RDZV_PORT" not in out and out["WORKSHOP_SITE_PATH"] == "/usr/bin"

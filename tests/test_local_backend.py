@@ -128,15 +128,27 @@ def test_bad_config_is_refused_before_anything_is_written(tmp_path):
     assert not jobs.exists()
 
 
-def test_local_backend_simulates_two_nodes_with_the_multi_node_script(tmp_path):
-    """The same srun + c10d script runs on one machine: one torchrun per simulated node."""
+def test_local_backend_simulates_two_nodes_with_the_multi_node_script(tmp_path, monkeypatch):
+    """The same srun + c10d script runs on one machine: one torchrun per simulated node. Two such jobs at once,
+    from two jobs folders, are both job local-1 (ids are counted per folder, and every notebook has a job 1):
+    they must not meet at one rendezvous port (a CI run lost notebook 05's 2 x 2 job to EADDRINUSE on
+    20000 + its id). Each queues for its own slots folder, as the test suite's parts do, so they run together."""
     from workshop.results.logs import parse_log
     from workshop.slurm import submit
 
-    job = submit("bandwidth", profile="local", jobs_dir=tmp_path / "jobs",
-                 overrides={"nodes": 2, "procs_per_node": 1})
-    assert job.wait(timeout=600).value == "COMPLETED", job.tail(40)
+    jobs = []
+    for folder in ("jobs", "other-jobs"):
+        monkeypatch.setenv("WORKSHOP_LOCAL_SLOTS", str(tmp_path / f"slots-{folder}"))
+        jobs.append(submit("bandwidth", profile="local", jobs_dir=tmp_path / folder,
+                           overrides={"nodes": 2, "procs_per_node": 1}))
+    assert [j.job_id for j in jobs] == ["local-1", "local-1"]
+    for job in jobs:
+        assert job.wait(timeout=600).value == "COMPLETED", job.tail(40)
+    job = jobs[0]
     assert "srun --nodes" in job.script and "rdzv-backend=c10d" in job.script
     bw = parse_log(job.log_path).bandwidth
     assert bw is not None and bw.n_nodes == 2 and bw.n_ranks == 2
     assert "local-node1" in job.tail(60) and "local-node2" in job.tail(60)
+    endpoints = [next(line for line in j.log_path.read_text().splitlines() if line.startswith("[job] rendezvous"))
+                 for j in jobs]
+    assert endpoints[0] != endpoints[1], endpoints
