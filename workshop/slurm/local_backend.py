@@ -26,12 +26,11 @@ from workshop.slurm.profiles import Profile
 from workshop.slurm import local_queue
 from workshop.slurm.ports import rendezvous_port
 from workshop.slurm.records import CHECKPOINT_EXIT, CHECKPOINT_REASON, JobRecord, JobState
-from workshop.slurm.slurm_backend import scrubbed_env
+from workshop.slurm.slurm_backend import LOCAL_RDZV_PORT, scrubbed_env
 
 # bash -c runner: run the job, then leave its exit status where any later process can read it.
 _RUNNER = 'bash "$1"; rc=$?; printf "%s\\n" "$rc" > "$2.tmp" && mv -f "$2.tmp" "$2"; exit "$rc"'
 _children: dict[str, subprocess.Popen] = {}
-RDZV_PORT = "WORKSHOP_RDZV_PORT"   # read by slurm/templates/rendezvous.sh
 
 
 def next_id(jobs_dir: Path) -> str:
@@ -91,7 +90,7 @@ def submit(record: JobRecord, profile: Profile, cpus_per_task: int, jobs_dir: Pa
     if nodes > 1:
         # the rendezvous port: rendezvous.sh derives it from the job id, unique on a Slurm cluster but counted
         # per jobs folder here, so notebook 05's job 5 and another folder's job 5 at once met on one port
-        env[RDZV_PORT] = str(rendezvous_port())
+        env[LOCAL_RDZV_PORT] = str(rendezvous_port())
     record.job_id = job_id
     ticket, ticket_fd = local_queue.enqueue()
     log = open(record.dir / f"slurm-{job_id}.out", "ab")

@@ -36,8 +36,9 @@ _SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_",
 _SESSION_NAMES = {"MPLBACKEND", "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
                   "CONFIG_FILE"}
 _KEEP = {"SLURM_CONF"}   # which cluster to talk to, not an option of the surrounding job
-# A local job's own rendezvous port (local_backend): never handed on to a job submitted from inside it
-_LOCAL_JOB_NAMES = {"WORKSHOP_RDZV_PORT"}
+# A local multi-node job's own rendezvous port (set by local_backend, read by slurm/templates/rendezvous.sh):
+# never handed on to a job submitted from inside it
+LOCAL_RDZV_PORT = "WORKSHOP_RDZV_PORT"
 # The session's shell: a virtualenv's activation (its prompt and its marker; the job's own setup activates
 # what the site's profile names) and the prompt. PYTHONPATH stays: sites and engineers' checkouts use it.
 _SHELL_NAMES = {"VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1", "_OLD_VIRTUAL_PATH", "_OLD_VIRTUAL_PS1"}
@@ -56,7 +57,7 @@ def scrubbed_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if env is None else env
     out = {k: v for k, v in env.items()
            if k in _KEEP or not (k.startswith(_SCRUB_PREFIXES) or k in _SESSION_NAMES or k in _SHELL_NAMES
-                                 or k in _LOCAL_JOB_NAMES)}
+                                 or k == LOCAL_RDZV_PORT)}
     if "PATH" in out:
         out["PATH"] = site_path(env)
     return out
