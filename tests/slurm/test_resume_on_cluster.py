@@ -54,10 +54,13 @@ def test_a_stopped_job_frees_its_gpus_at_once_and_resume_completes(cluster, tmp_
     info = json.loads(next(x for x in log.splitlines() if x.startswith("WORKSHOP_CHECKPOINT ")).split(" ", 1)[1])
     step = info["step"]
     # ended at once, not at the 10-minute limit (Slurm's FAILED 75:0 above, not TIMEOUT): measured in steps,
-    # not seconds, the run stopped at the end of the step it was in when the signal came
+    # not seconds, the run stopped at the end of the step it was in when the signal came. The batch shell writes
+    # its USR1 line straight to the log; rank 0's step lines come through torchrun's pipe and can arrive after
+    # it, so the log may show one step fewer than had begun (a clean-clone CI run: signalled at "6", stopped at 8
+    # with steps of ~0.4 s)
     before = log.split("[job] USR1 at", 1)[0]
     signalled_at = max(int(m) for m in re.findall(r"^\[workshop\] step (\d+)/", before, flags=re.M))
-    assert signalled_at <= step <= signalled_at + 1, (signalled_at, step)
+    assert signalled_at <= step <= signalled_at + 2, (signalled_at, step)
     assert 6 <= step < 48 and (job.checkpoint_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
     assert not any(job.run_dir.glob("checkpoint-*"))       # in the profile's scratch, out of the student's folder
     assert job.summary() is None
