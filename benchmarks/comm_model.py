@@ -3,12 +3,14 @@
     .venv/bin/python benchmarks/comm_model.py                # every configuration below, one run each
     .venv/bin/python benchmarks/comm_model.py --only 1x3,2x2  # the configurations whose id contains one of these
 
-tests/test_comm.py::test_model_matches_the_measured_collectives holds the model within 1 % in CI on issue 27's
-list (DDP, FULL_SHARD, SHARD_GRAD_OP, offload, activation checkpointing at 2 and 4 ranks, HSDP 2x2, two
-"nodes") and on the runs other tests make anyway (tests/runs.py shares them). This runs that same list
-(imported from the test, so the two cannot drift apart) and the rest of the sweep, which would cost the
-suite a training run each:
-- activation checkpointing with DDP at 4 ranks (the suite has it at 2 ranks, and FULL_SHARD's at 4);
+tests/test_comm.py::test_model_matches_the_measured_collectives holds the model within 1 % in CI on one
+configuration per distinct path (DDP, FULL_SHARD, SHARD_GRAD_OP, offload, activation checkpointing at 2 ranks;
+DDP and FULL_SHARD at 4; HSDP 2x2; two "nodes"; one process; bf16; gradient accumulation), each a run other
+tests make anyway (tests/runs.py shares them). This runs that same list (imported from the test, so the two
+cannot drift apart) and the rest of issue 27's sweep, which would cost the suite a training run each:
+- SHARD_GRAD_OP, CPU offload and FULL_SHARD with activation checkpointing at 4 ranks (the suite holds each at
+  2 ranks, and the 4-rank ring at 4 with DDP and FULL_SHARD; moved here by issue 51);
+- activation checkpointing with DDP at 4 ranks (the suite has it at 2 ranks);
 - 3 ranks, where FSDP2 pads the first dimension of the tiny model's embedding (FULL_SHARD, SHARD_GRAD_OP);
 - _hybrid_shard_zero2 on 2 nodes x 2 (the suite has it on one node, and hybrid_shard on 2 nodes).
 (Training fewer steps would not make the suite's runs cheaper: a 4-rank FULL_SHARD run took 23.4 s for
@@ -38,6 +40,8 @@ from tests.test_comm import MEASURED, _id  # noqa: E402  (the suite's list: the 
 BOUND = 0.01
 # the rest of the sweep: what the suite leaves out because each would be one more training run in CI
 EXTRA = [
+    (("--sharding", "shard_grad_op"), 4, 1), (("--sharding", "full_shard", "--offload"), 4, 1),
+    (("--sharding", "full_shard", "--activation-checkpointing"), 4, 1),
     (("--sharding", "ddp", "--activation-checkpointing"), 4, 1),
     (("--sharding", "full_shard"), 3, 1), (("--sharding", "shard_grad_op"), 3, 1),
     (("--sharding", "_hybrid_shard_zero2"), 2, 2),

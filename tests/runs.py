@@ -43,13 +43,20 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, timeout: float = 300) -> Run:
-    """Launch `workshop.training.train` like a job would: one torchrun per node, c10d rendezvous on 127.0.0.1."""
+def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, timeout: float = 300,
+          torchrun: bool | None = None) -> Run:
+    """Launch `workshop.training.train` like a job would: one torchrun per node, c10d rendezvous on 127.0.0.1.
+
+    A one-process run starts with plain python, as a one-process job does (slurm/templates/launch-process.sh;
+    the run gives itself torchrun's environment): torchrun's own interpreter and torch import cost ~2 s of CPU
+    a run for nothing to coordinate. `torchrun=True` launches one anyway (the test that the two agree)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     train_flags = [*BASE_FLAGS, *flags, "--output-dir", str(out_dir), "--nodes", str(nnodes),
                    "--procs-per-node", str(nproc)]
     port = rendezvous_port()
-    if nnodes == 1:
+    if nproc * nnodes == 1 and not torchrun:
+        launchers = [[sys.executable, "-m", "workshop.training.train", *train_flags]]
+    elif nnodes == 1:
         launchers = [[*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1",
                       "--master-port", str(port), "-m", "workshop.training.train", *train_flags]]
     else:
@@ -99,9 +106,12 @@ class RunCache:
         self.root = root
         self.runs: dict[tuple, Run] = {}
 
-    def get(self, *flags: str, nproc: int = 1, nnodes: int = 1) -> Run:
-        key = (flags, nproc, nnodes)
+    def get(self, *flags: str, nproc: int = 1, nnodes: int = 1, torchrun: bool | None = None) -> Run:
+        """The run of these flags on this world, made on first asking; one-process runs start without torchrun
+        unless `torchrun=True` (`train`)."""
+        launched = bool(torchrun) or nproc * nnodes > 1
+        key = (flags, nproc, nnodes, launched)
         if key not in self.runs:
-            name = f"run{len(self.runs)}-n{nnodes}x{nproc}"
-            self.runs[key] = train(self.root / name, list(flags), nproc=nproc, nnodes=nnodes)
+            name = f"run{len(self.runs)}-n{nnodes}x{nproc}{'' if launched else '-python'}"
+            self.runs[key] = train(self.root / name, list(flags), nproc=nproc, nnodes=nnodes, torchrun=launched)
         return self.runs[key]

@@ -159,20 +159,11 @@ def test_one_process_without_sharding_is_a_plain_model(runs: RunCache) -> None:
     assert s["wrapper"] == "BloomForCausalLM" and s["sharding_applied"] == "none"
 
 
-def test_one_process_fsdp_without_torchrun_equals_the_torchrun_run(runs: RunCache, tmp_path) -> None:  # noqa: ANN001
+def test_one_process_fsdp_without_torchrun_equals_the_torchrun_run(runs: RunCache) -> None:
     """A one-process job starts with plain python (slurm/templates/launch-process.sh): the run gives
     itself torchrun's environment, still shards, and trains exactly as under torchrun."""
-    import subprocess
-    import sys
-
-    from tests.runs import BASE_FLAGS, clean_env
-
-    flags = ["--sharding", "full_shard", "--nodes", "1", "--procs-per-node", "1"]
-    p = subprocess.run([sys.executable, "-m", "workshop.training.train", *BASE_FLAGS, *flags, "--output-dir", str(tmp_path)],
-                       env=clean_env(), capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
-    direct = json.loads((tmp_path / "summary.json").read_text())
-    launched = runs.get("--sharding", "full_shard", nproc=1).summary
+    direct = runs.get("--sharding", "full_shard", nproc=1).summary                 # plain python (tests/runs.py)
+    launched = runs.get("--sharding", "full_shard", nproc=1, torchrun=True).summary
     assert direct["wrapper"] == launched["wrapper"] == "FSDPBloomForCausalLM"
     assert direct["sharding_applied"] == "full_shard" and direct["world_size"] == 1
     assert direct["process_group_backend"] == launched["process_group_backend"] == "gloo"   # FSDP2 makes a one-rank group

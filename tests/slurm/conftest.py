@@ -23,12 +23,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.student_env import ROOT as STUDENT_ROOT, StudentView, make_view
+
 CLUSTER_SH = Path(__file__).resolve().parent / "cluster.sh"
 NODES = ["n1", "n2"]
 TERMINAL_STATES = (
     "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "NODE_FAIL",
     "PREEMPTED", "BOOT_FAIL", "DEADLINE", "REVOKED",
 )
+# set by a test for the pytest it starts inside its own session on the cluster (which holds the session lock)
+NESTED_SESSION = "WORKSHOP_SLURM_SESSION_NESTED"
 # Variables sbatch/srun/salloc read as options; a caller running inside a Slurm job (or a
 # notebook under Open OnDemand) would otherwise leak them into every submission.
 _SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_", "SINFO_")
@@ -179,12 +183,30 @@ def slurm_cluster():
     # (A developer's clean-clone run and CI once ran on one machine and one cluster: each took the other's
     # slots and GPUs, and five tests failed. A session killed mid-way leaves jobs behind too.)
     lock = open(Path(env["WORKSHOP_SLURM_DIR"]) / ".session.lock", "w")
-    fcntl.flock(lock, fcntl.LOCK_EX)
-    _empty_the_queue(cluster)
+    # a session started by a test of a session that holds the lock (test_closed_clone) shares its turn
+    if os.environ.get(NESTED_SESSION) != "1":
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _empty_the_queue(cluster)
     yield cluster
     lock.close()
     if os.environ.get("WORKSHOP_SLURM_TEARDOWN") == "1":
         _script("down", timeout=120)
+
+
+@pytest.fixture(scope="session")
+def student_view(slurm_cluster) -> StudentView:
+    """The code under test where the user `student` can read it (tests/slurm/student_env.py): the checkout
+    itself, or links to it in the cluster's shared folder when the checkout lives in a folder closed to others."""
+    try:
+        view = make_view(slurm_cluster.shared)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if view.made is not None:
+        print(f"student_view: {STUDENT_ROOT} is closed to student; it reads links to the "
+              f"code under test in {view.made}")
+    yield view
+    if view.made is not None:
+        shutil.rmtree(view.made, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.student_env import student_venv
 from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import Job, JobState, slurm_backend, submit
 
@@ -160,21 +161,11 @@ def test_cancelled_job(cluster, jobs_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def student_workshop(cluster, jobs_dir) -> str:
-    """`workshop` in an environment of student's own (root's venv interpreter lives under /root).
-
-    A venv of the system Python 3.11 that sees this checkout and the test venv's packages, as a
-    student's conda env sees the course repo: what runs is the code under test."""
-    venv = jobs_dir / "student-venv"
-    cluster.run("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv), user="student", timeout=60)
-    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    root_site = Path(sys.prefix) / site.relative_to(venv)
-    (site / "workshop-under-test.pth").write_text(f"{Path(__file__).resolve().parents[2]}\n{root_site}\n")
-    for name, entry in (("workshop", "workshop.cli"), ("torchrun", "torch.distributed.run")):
-        script = venv / "bin" / name
-        script.write_text(f"#!{venv}/bin/python\nimport sys\nfrom {entry} import main\nsys.exit(main())\n")
-        script.chmod(0o755)
-    return str(venv / "bin" / "workshop")
+def student_workshop(cluster, jobs_dir, student_view) -> str:
+    """`workshop` in an environment of student's own (tests/slurm/student_env.py): what runs is the code under
+    test, wherever the checkout lives."""
+    return str(student_venv(student_view, jobs_dir / "student-venv",
+                            lambda *cmd: cluster.run(*cmd, user="student", timeout=60)))
 
 
 def test_student_submits_from_the_command_line(cluster, jobs_dir, student_workshop):

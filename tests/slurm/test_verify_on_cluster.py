@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.slurm.student_env import student_venv
 from workshop.results import verify
 from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import JobState, submit
@@ -28,7 +28,7 @@ USERS = "student,unix_user\nalice,root\nbob,student\n"
 
 
 @pytest.fixture(scope="module")
-def genuine(cluster) -> dict[str, Path]:
+def genuine(cluster, student_view) -> dict[str, Path]:
     """{"alice": her job folder (ran as root), "bob": his (ran as student)}, both COMPLETED."""
     base = cluster.shared / f"verify-{os.getpid()}-{int(time.time())}"
     base.mkdir(mode=0o1777)
@@ -39,17 +39,10 @@ def genuine(cluster) -> dict[str, Path]:
     alice = submit("baseline", profile=profile, overrides=TINY, jobs_dir=base / "alice")
     assert alice.wait(timeout=180, poll=0.5) is JobState.COMPLETED, alice.tail(40)
 
-    venv = base / "student-venv"          # as in test_jobs_on_cluster: an environment of student's own
-    cluster.run("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv), user="student", timeout=60)
-    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
-    (site / "workshop-under-test.pth").write_text(
-        f"{Path(__file__).resolve().parents[2]}\n{Path(sys.prefix) / site.relative_to(venv)}\n")
-    for name, entry in (("workshop", "workshop.cli"), ("torchrun", "torch.distributed.run")):
-        script = venv / "bin" / name
-        script.write_text(f"#!{venv}/bin/python\nimport sys\nfrom {entry} import main\nsys.exit(main())\n")
-        script.chmod(0o755)
+    student = student_venv(student_view, base / "student-venv",     # as in test_jobs_on_cluster
+                           lambda *cmd: cluster.run(*cmd, user="student", timeout=60))
     sets = [arg for k, v in TINY.items() for arg in ("--set", f"{k}={v}")]
-    proc = cluster.run(str(venv / "bin" / "workshop"), "submit", "baseline", "--profile", str(profile), *sets,
+    proc = cluster.run(str(student), "submit", "baseline", "--profile", str(profile), *sets,
                        "--jobs-dir", str(base / "bob"), "--wait", user="student", timeout=300)
     bob = Path(proc.stdout.splitlines()[0].split(" ", 1)[1])
     yield {"alice": alice.job_dir, "bob": bob}

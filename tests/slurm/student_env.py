@@ -1,0 +1,132 @@
+"""What the Unix user `student` runs in the Slurm tests: the package under test and the test venv's packages,
+from a place `student` can read, wherever the checkout lives (issue 55).
+
+A newcomer who clones as root into a folder other users cannot enter (`mktemp -d`, `/root`: mode 0700) gave
+`student` a checkout and a venv it could not read: `ModuleNotFoundError: No module named 'workshop'` in a job,
+after 20 minutes of suite, and nothing saying why. When `student` cannot read them, the session makes a
+student-readable view: the checkout's files and the venv's site-packages hard-linked (the same files, so what
+runs is still the code under test; copied where hard links cannot cross file systems) into a folder of the
+cluster's shared directory, removed at the session's end. When they are readable, the view is the checkout
+itself and costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDENT = "student"
+# the checkout's parts a job of `student` reads (the package, its batch templates and profiles); the rest
+# (.git, .venv, results) stays where it is
+CHECKOUT_PARTS = ("workshop", "slurm", "pyproject.toml")
+
+
+@dataclass(frozen=True)
+class StudentView:
+    """Where `student` finds the checkout (`repo`: on PYTHONPATH, `import workshop`) and the test venv's
+    packages (`site`); `made` is the folder made for the view, None when the originals are readable."""
+
+    repo: Path
+    site: Path
+    made: Path | None = None
+
+    def pth(self) -> str:
+        """A .pth file's text that puts both on a student interpreter's path."""
+        return f"{self.repo}\n{self.site}\n"
+
+
+def venv_site() -> Path:
+    """The test venv's site-packages (this interpreter's)."""
+    return Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def can_read(path: Path, user: str = STUDENT) -> bool:
+    """Whether `user` can read `path` (every folder above it entered): asked of the system as that user, so
+    groups and ACLs count as they will for the job."""
+    runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+    return subprocess.run([runuser, "-u", user, "--", "test", "-r", str(path)], capture_output=True,
+                          timeout=30).returncode == 0
+
+
+def closed_folder(path: Path, user: str = STUDENT) -> Path | None:
+    """The first folder above `path` that `user` cannot enter, for the message; None if each one opens."""
+    for folder in reversed(path.parents):
+        runuser = shutil.which("runuser") or "/usr/sbin/runuser"
+        if subprocess.run([runuser, "-u", user, "--", "test", "-x", str(folder)], capture_output=True,
+                          timeout=30).returncode != 0:
+            return folder
+    return None
+
+
+def _link_tree(src: Path, dest: Path) -> None:
+    """`dest` as a tree of hard links to `src`'s files (folders made anew, mode 0755); a copy across file
+    systems, where a link cannot go."""
+    try:
+        shutil.copytree(src, dest, symlinks=True, copy_function=os.link)
+    except OSError:
+        shutil.rmtree(dest, ignore_errors=True)
+        shutil.copytree(src, dest, symlinks=True)
+
+
+def _open_up(top: Path) -> None:
+    """Every folder under `top` 0755 (made anew, they may have copied a closed mode). Files keep theirs: a hard
+    link shares its mode with the checkout's file, and a file closed there stays closed (then the check after
+    says so)."""
+    for folder, _, _ in os.walk(top):
+        os.chmod(folder, 0o755)
+    top.chmod(0o755)
+
+
+def make_view(shared: Path, readable: Callable[[Path], bool] = can_read) -> StudentView:
+    """The student's view of the code under test: the originals when `student` can read them, else links to them
+    in a new folder of `shared` (a folder every user can enter)."""
+    site = venv_site()
+    if readable(ROOT / "workshop" / "__init__.py") and readable(site):
+        return StudentView(ROOT, site)
+    made = shared / f"under-test-{os.getpid()}"
+    shutil.rmtree(made, ignore_errors=True)
+    made.mkdir(mode=0o755)
+    made.chmod(0o755)
+    for part in CHECKOUT_PARTS:
+        src = ROOT / part
+        if src.is_dir():
+            _link_tree(src, made / "repo" / part)
+        elif src.is_file():
+            (made / "repo").mkdir(exist_ok=True)
+            shutil.copy2(src, made / "repo" / part)
+    _link_tree(site, made / "site")
+    _open_up(made)
+    view = StudentView(made / "repo", made / "site", made)
+    if not (readable(view.repo / "workshop" / "__init__.py") and readable(view.site)):
+        shutil.rmtree(made, ignore_errors=True)
+        raise RuntimeError(unreadable_message(made))
+    return view
+
+
+def unreadable_message(where: Path) -> str:
+    """Why the Slurm tests cannot give `student` the code under test, and what to change."""
+    closed = closed_folder(where) or where
+    return (f"the Slurm tests run jobs as the user '{STUDENT}', who cannot read {where} (the folder {closed} is "
+            f"closed to other users: mode {closed.stat().st_mode & 0o777:04o}). Fix: `chmod o+rx {closed}`, or "
+            f"clone the course into a folder every user can enter (e.g. /srv or /opt), or set WORKSHOP_SLURM_DIR "
+            f"to a folder on the checkout's file system")
+
+
+def student_venv(view: StudentView, venv: Path, run_as_student: Callable[..., object]) -> Path:
+    """A venv of the system Python 3 made by `student` (root's venv interpreter may live where `student` cannot
+    go), seeing the view as a student's conda env sees the course repo; `workshop` and `torchrun` scripts in
+    its bin. Returns the path of its `workshop`."""
+    run_as_student("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv))
+    site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    (site / "workshop-under-test.pth").write_text(view.pth())
+    for name, entry in (("workshop", "workshop.cli"), ("torchrun", "torch.distributed.run")):
+        script = venv / "bin" / name
+        script.write_text(f"#!{venv}/bin/python\nimport sys\nfrom {entry} import main\nsys.exit(main())\n")
+        script.chmod(0o755)
+    return venv / "bin" / "workshop"
