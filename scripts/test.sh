@@ -30,13 +30,17 @@ scratch=$(mktemp -d /tmp/workshop-tests.XXXXXX)
 started=$(date +%s)
 # Each part queues its local-backend jobs in its own slot folder (workshop/slurm/local_queue.py): with one
 # folder per user, the course part's jobs held both cores' slots and a job another part timed sat queued.
-WORKSHOP_LOCAL_SLOTS="$scratch/slots-slurm" "${pytest[@]}" --basetemp="$scratch/slurm" tests/slurm \
-    > "$scratch/slurm.log" 2>&1 &
+# Each part writes its profile (tests/suite_profile.py: per test and per fixture, wall and CPU seconds); the three are
+# joined into test-artifacts/suite-profile.json at the end, so a slow change shows in the next run.
+WORKSHOP_TEST_PROFILE="$scratch/profile-slurm.json" WORKSHOP_LOCAL_SLOTS="$scratch/slots-slurm" "${pytest[@]}" \
+    --basetemp="$scratch/slurm" tests/slurm > "$scratch/slurm.log" 2>&1 &
 slurm_pid=$!
-WORKSHOP_LOCAL_SLOTS="$scratch/slots-course" WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" \
+WORKSHOP_TEST_PROFILE="$scratch/profile-course.json" WORKSHOP_LOCAL_SLOTS="$scratch/slots-course" \
+    WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" \
     --basetemp="$scratch/course" --ignore=tests/slurm tests > "$scratch/course.log" 2>&1 &
 course_pid=$!
-WORKSHOP_LOCAL_SLOTS="$scratch/slots-rest" WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" \
+WORKSHOP_TEST_PROFILE="$scratch/profile-rest.json" WORKSHOP_LOCAL_SLOTS="$scratch/slots-rest" \
+    WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" \
     --basetemp="$scratch/rest" --ignore=tests/slurm tests &
 rest_pid=$!
 descendants() { local p; for p in "$@"; do echo "$p"; descendants $(ps -o pid= --ppid "$p" || true); done; }
@@ -58,6 +62,7 @@ for part in course slurm; do
     cat "$scratch/$part.log"
 done
 echo "exit codes: rest $rest, course $course, tests/slurm $slurm; the suite took $(( $(date +%s) - started )) s"
+.venv/bin/python -m tests.suite_profile join test-artifacts/suite-profile.json "$scratch"/profile-*.json || true
 if [ "$rest" -eq 0 ] && [ "$course" -eq 0 ] && [ "$slurm" -eq 0 ]; then rm -rf "$scratch"; else echo "the tests' files are kept in $scratch"; fi
 # pytest's own codes: 1 = tests failed, 2+ = interrupted or a usage error; 5 = no tests collected
 worst=$(( rest > course ? rest : course ))

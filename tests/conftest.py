@@ -8,12 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from tests import suite_profile
 from tests.runs import RunCache
 from tests.tiers import ProcessGuard, classify, failure
 
 # a cell with no reply from its kernel for this long is a lost message, not work (workshop.course.run_all):
 # the longest cell of the course takes about a minute here
 CELL_TIMEOUT_S = 240
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's own profile and the per-test CPU budget (tests/suite_profile.py, marker `heavy`)."""
+    suite_profile.configure(config)
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,8 @@ def test_readme_instructor_block_is_the_guides_commands() -> None:
     assert readme_commands() and missing == []
 
 
+@pytest.mark.heavy(reason="the whole instructor day as docs/instructor.md writes it: release, three students' "
+                          "notebooks executed, collect, grade, feedback, verify (183 s on 2026-11-26)", cpu_s=900)
 def test_the_guide_as_written(course_run: Path, tmp_path: Path) -> None:
     root = fresh_course_root(tmp_path / "course")
     write_model_answer(root / "solutions" / "01_baseline" / "01_baseline.ipynb")

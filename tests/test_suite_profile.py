@@ -1,0 +1,84 @@
+"""The per-test CPU budget and the suite's own profile (tests/suite_profile.py, issue 51), on a small suite of
+its own: a test over its budget fails and says why, a test marked heavy with its reason passes, a heavy mark
+without a reason fails, a shared fixture's cost is charged to no test, and the profile names each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.suite_profile import join
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CONFTEST = """
+from tests import suite_profile
+
+def pytest_configure(config):
+    suite_profile.configure(config)
+"""
+TESTS = """
+import time
+import pytest
+
+def burn(seconds):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+
+@pytest.fixture(scope="module")
+def shared_run():
+    burn(1.0)
+
+def test_cheap():
+    pass
+
+def test_dear():
+    burn(1.0)
+
+@pytest.mark.heavy(reason="it must burn a second")
+def test_dear_and_marked():
+    burn(1.0)
+
+@pytest.mark.heavy(cpu_s=5)
+def test_marked_without_reason():
+    pass
+
+def test_asks_for_the_shared_run_first(shared_run):
+    pass
+"""
+
+
+def test_a_test_over_its_cpu_budget_fails_unless_marked_heavy_with_its_reason(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(CONFTEST)
+    (tmp_path / "test_small.py").write_text(TESTS)
+    profile = tmp_path / "profile.json"
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_TEST_")}, "PYTHONPATH": str(ROOT), "WORKSHOP_TEST_BUDGET_CPU_S": "0.5",
+           "WORKSHOP_TEST_PROFILE": str(profile)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    failed = sorted(line.split("::")[1].split()[0] for line in out.splitlines() if line.startswith("FAILED"))
+    assert failed == ["test_dear", "test_marked_without_reason"], out
+    assert "over its CPU budget" in out and "its budget is 0.5 CPU-s" in out and "marked heavy without a reason" in out
+    doc = json.loads(profile.read_text())
+    tests = {node.split("::")[1]: t for node, t in doc["tests"].items()}
+    assert tests["test_dear"]["own"]["cpu_s"] >= 0.9 and tests["test_cheap"]["own"]["cpu_s"] < 0.5
+    # the module fixture's second is profiled as the fixture's, charged to none of its tests
+    assert tests["test_asks_for_the_shared_run_first"]["own"]["cpu_s"] < 0.5
+    shared = [f for f in doc["fixtures"] if f["fixture"] == "shared_run"]
+    assert len(shared) == 1 and shared[0]["cpu_s"] >= 0.9 and shared[0]["scope"] == "module"
+    assert shared[0]["test"].endswith("::test_asks_for_the_shared_run_first")
+    assert "the dearest fixtures and tests" in out
+
+    # the same suite with the check off: only the reasonless mark fails (a profile of a change meant to be slow)
+    off = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         cwd=tmp_path, env={**env, "WORKSHOP_TEST_BUDGET": "off"}, capture_output=True, text=True,
+                         timeout=120)
+    assert "1 failed, 4 passed" in off.stdout, off.stdout[-2000:]
+
+    joined = join(tmp_path / "joined.json", [profile, profile])
+    assert joined["cpu_s"] == 2 * doc["cpu_s"] and len(joined["tests"]) == 5
