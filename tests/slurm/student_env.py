@@ -65,13 +65,12 @@ def closed_folder(path: Path, user: str = STUDENT) -> Path | None:
 
 
 def _link_tree(src: Path, dest: Path) -> None:
-    """`dest` as a tree of hard links to `src`'s files (folders made anew, mode 0755); a copy across file
-    systems, where a link cannot go."""
-    try:
-        shutil.copytree(src, dest, symlinks=True, copy_function=os.link)
-    except OSError:
+    """`dest` as a tree of hard links to `src`'s files (folders made anew); a copy across file systems, where a
+    link cannot go. `cp` rather than shutil: the venv's 55,000 files link in about 2 s."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if subprocess.run(["cp", "-al", str(src), str(dest)], capture_output=True, timeout=600).returncode != 0:
         shutil.rmtree(dest, ignore_errors=True)
-        shutil.copytree(src, dest, symlinks=True)
+        subprocess.run(["cp", "-a", str(src), str(dest)], check=True, capture_output=True, timeout=1200)
 
 
 def _open_up(top: Path) -> None:
@@ -94,12 +93,8 @@ def make_view(shared: Path, readable: Callable[[Path], bool] = can_read) -> Stud
     made.mkdir(mode=0o755)
     made.chmod(0o755)
     for part in CHECKOUT_PARTS:
-        src = ROOT / part
-        if src.is_dir():
-            _link_tree(src, made / "repo" / part)
-        elif src.is_file():
-            (made / "repo").mkdir(exist_ok=True)
-            shutil.copy2(src, made / "repo" / part)
+        if (ROOT / part).exists():
+            _link_tree(ROOT / part, made / "repo" / part)
     _link_tree(site, made / "site")
     _open_up(made)
     view = StudentView(made / "repo", made / "site", made)
