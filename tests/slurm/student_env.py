@@ -7,7 +7,8 @@ after 20 minutes of suite, and nothing saying why. When `student` cannot read th
 student-readable view: the checkout's files and the venv's site-packages hard-linked (the same files, so what
 runs is still the code under test; copied where hard links cannot cross file systems) into a folder of the
 cluster's shared directory, removed at the session's end. When they are readable, the view is the checkout
-itself and costs nothing.
+itself and costs nothing. Where even the view cannot be read (a clone made under umask 077: a hard link shares
+its file's mode), the session stops at its first student-side test, within seconds, naming the fix.
 """
 
 from __future__ import annotations
@@ -98,19 +99,29 @@ def make_view(shared: Path, readable: Callable[[Path], bool] = can_read) -> Stud
     _link_tree(site, made / "site")
     _open_up(made)
     view = StudentView(made / "repo", made / "site", made)
-    if not (readable(view.repo / "workshop" / "__init__.py") and readable(view.site)):
+    unread = [p for p in (view.repo / "workshop" / "__init__.py", view.site) if not readable(p)]
+    if unread:
+        message = unreadable_message(unread[0], made)
         shutil.rmtree(made, ignore_errors=True)
-        raise RuntimeError(unreadable_message(made))
+        raise RuntimeError(message)
     return view
 
 
-def unreadable_message(where: Path) -> str:
-    """Why the Slurm tests cannot give `student` the code under test, and what to change."""
-    closed = closed_folder(where) or where
-    return (f"the Slurm tests run jobs as the user '{STUDENT}', who cannot read {where} (the folder {closed} is "
-            f"closed to other users: mode {closed.stat().st_mode & 0o777:04o}). Fix: `chmod o+rx {closed}`, or "
-            f"clone the course into a folder every user can enter (e.g. /srv or /opt), or set WORKSHOP_SLURM_DIR "
-            f"to a folder on the checkout's file system")
+def unreadable_message(path: Path, made: Path) -> str:
+    """Why `student` cannot read the code under test even through the view (`path`, in `made`), and what to
+    change: a folder closed to others above the view, or the files' own modes (a clone made under umask 077:
+    a hard link shares its file's mode)."""
+    closed = closed_folder(path)
+    if closed is not None and not closed.is_relative_to(made):
+        why = f"the folder {closed} is closed to other users (mode {closed.stat().st_mode & 0o777:04o})"
+        fix = f"`chmod o+rx {closed}`, or set WORKSHOP_SLURM_DIR to a folder every user can enter"
+    else:
+        original = ROOT / path.relative_to(made / "repo") if path.is_relative_to(made / "repo") else venv_site()
+        why = f"{original} is not readable by other users (mode {original.stat().st_mode & 0o777:04o}; a clone made " \
+              f"under umask 077?)"
+        fix = f"`chmod -R o+rX {ROOT} {venv_site()}`, or clone under umask 022"
+    return (f"the Slurm tests run jobs as the user '{STUDENT}', who cannot read the code under test: {why}. "
+            f"Fix: {fix}.")
 
 
 def student_venv(view: StudentView, venv: Path, run_as_student: Callable[..., object]) -> Path:

@@ -1,7 +1,8 @@
 """Issue 55: the suite does not depend on where the checkout lives. A newcomer clones as root into a folder
 other users cannot enter (`mktemp -d`, `/root`: mode 0700); the Slurm part's first student-side test, run from
 that clone, passes: what the user `student` runs is given to it where it can read it (tests/slurm/student_env.py).
-Before, `student`'s job failed with `No module named 'workshop'` after 20 minutes of suite."""
+Before, `student`'s job failed with `No module named 'workshop'` after 20 minutes of suite. Where the files
+themselves are closed (a clone made under umask 077), the test stops within seconds and names the fix."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -46,12 +48,25 @@ def test_a_clone_in_a_folder_closed_to_others_runs_the_student_side_tests(slurm_
         assert not can_read(clone / "workshop" / "__init__.py")       # the newcomer's case, as made
         env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKSHOP_", "PYTEST_"))}
         env[NESTED_SESSION] = "1"     # this session holds the cluster's turn; the inner one shares it
-        proc = subprocess.run([str(clone / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s",
-                               f"--basetemp={tmp_path / 'inner'}", FIRST_STUDENT_TEST],
-                              cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+        inner = [str(clone / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s",
+                 f"--basetemp={tmp_path / 'inner'}", FIRST_STUDENT_TEST]
+        started = time.monotonic()
+        proc = subprocess.run(inner, cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+        took = time.monotonic() - started
         out = proc.stdout + proc.stderr
         assert proc.returncode == 0 and "1 passed" in out, out[-4000:]
         # the inner session tested the clone's own code, through links `student` can read
         assert f"student_view: {clone} is closed to student" in out, out[-4000:]
+
+        # files closed to others too (a clone made under umask 077): the test stops at once and names the fix
+        (clone / "workshop" / "__init__.py").chmod(0o600)
+        started = time.monotonic()
+        closed = subprocess.run(inner, cwd=clone, env=env, capture_output=True, text=True, timeout=600)
+        out = closed.stdout + closed.stderr
+        print(f"closed clone: the student-side test passed in {took:.0f} s; with its files closed it stopped after "
+              f"{time.monotonic() - started:.0f} s")
+        assert closed.returncode == 1 and time.monotonic() - started < 60, out[-4000:]
+        assert f"{clone / 'workshop' / '__init__.py'} is not readable by other users (mode 0600" in out, out[-4000:]
+        assert f"Fix: `chmod -R o+rX {clone}" in out, out[-4000:]
     finally:
         shutil.rmtree(clone.parent, ignore_errors=True)
