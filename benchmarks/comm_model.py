@@ -15,8 +15,8 @@ cannot drift apart) and the rest of issue 27's sweep, which would cost the suite
 - _hybrid_shard_zero2 on 2 nodes x 2 (the suite has it on one node, and hybrid_shard on 2 nodes).
 (Training fewer steps would not make the suite's runs cheaper: a 4-rank FULL_SHARD run took 23.4 s for
 1 epoch and 24.3 s for 2 on 2 cores at load 4: starting the processes is the cost, not the steps.)
-Each run is a real `workshop.training.train` under torchrun on gloo (tests/runs.py's `train`), its
-`summary.json` compared with `workshop.results.comm.compare`: every rank, kind and measure. Writes
+Each run is a real `workshop.training.train` on gloo (tests/runs.py's `train`: torchrun; plain python for one
+process), its `summary.json` compared with `workshop.results.comm.compare`: every rank, kind and measure. Writes
 `benchmarks/cpu/comm_model-DATE.json` (largest relative error per configuration) and exits 1 when any is
 over 1 %.
 """

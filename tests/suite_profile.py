@@ -143,15 +143,15 @@ class SuiteProfile:
             report.outcome, report.longrepr = "failed", (
                 f"over its CPU budget: this test's own work (its call and function-scoped fixtures; shared fixtures "
                 f"are charged to none) took {own.cpu_s:.0f} CPU-s in {own.wall_s:.0f} s, its budget is {budget:g} "
-                f"CPU-s (tests/suite_profile.py). Make it cheaper (share a run: tests/runs.py, `course_run`), or mark it "
-                f"@pytest.mark.heavy(reason=..., cpu_s=...) with the reason it must cost this much.")
+                f"CPU-s (tests/suite_profile.py). Make it cheaper (share a run: tests/runs.py, `course_run`), or "
+                f"mark it @pytest.mark.heavy(reason=..., cpu_s=...) with the reason it must cost this much.")
 
     def summary(self) -> dict[str, Any]:
         tests = {node: {"phases": {w: {k: round(v, 2) for k, v in asdict(c).items()} for w, c in r.phases.items()},
                         "own": {k: round(v, 2) for k, v in asdict(r.own()).items()}}
                  for node, r in self.tests.items()}
-        return {"what": "the suite's own profile (tests/suite_profile.py): per test its phases and own cost, per fixture "
-                        "its setup; wall and CPU seconds (this pytest and the processes it waited for)",
+        return {"what": "the suite's own profile (tests/suite_profile.py): per test its phases and own cost, "
+                        "per fixture its setup; wall and CPU seconds (this pytest and the processes it waited for)",
                 "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started)),
                 "part": os.environ.get("WORKSHOP_TEST_PART", ""), "budget_cpu_s": BUDGET_CPU_S,
                 "wall_s": round(time.time() - self.started, 1), "cpu_s": round(cpu_now(), 1),
@@ -178,8 +178,9 @@ class SuiteProfile:
 
 def configure(config: pytest.Config) -> None:
     """Register the `heavy` marker and the plugin (tests/conftest.py calls this)."""
-    config.addinivalue_line("markers", "heavy(reason, cpu_s=None): a test known to cost more than the per-test CPU "
-                                       "budget (tests/suite_profile.py), with the reason; cpu_s is its own budget (None: none)")
+    config.addinivalue_line("markers", "heavy(reason, cpu_s=None): a test known to cost more than the per-test "
+                                       "CPU budget (tests/suite_profile.py), with the reason; cpu_s is its own budget "
+                                       "(None: none)")
     path = os.environ.get("WORKSHOP_TEST_PROFILE")
     enforce = os.environ.get("WORKSHOP_TEST_BUDGET", "on") != "off"
     config.pluginmanager.register(SuiteProfile(Path(path) if path else None, enforce), "workshop-suite-profile")

@@ -58,8 +58,8 @@ def test_a_test_over_its_cpu_budget_fails_unless_marked_heavy_with_its_reason(tm
     (tmp_path / "conftest.py").write_text(CONFTEST)
     (tmp_path / "test_small.py").write_text(TESTS)
     profile = tmp_path / "profile.json"
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_TEST_")}, "PYTHONPATH": str(ROOT), "WORKSHOP_TEST_BUDGET_CPU_S": "0.5",
-           "WORKSHOP_TEST_PROFILE": str(profile)}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("WORKSHOP_TEST_")},
+           "PYTHONPATH": str(ROOT), "WORKSHOP_TEST_BUDGET_CPU_S": "0.5", "WORKSHOP_TEST_PROFILE": str(profile)}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
