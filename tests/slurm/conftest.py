@@ -183,13 +183,15 @@ def slurm_cluster():
     # (A developer's clean-clone run and CI once ran on one machine and one cluster: each took the other's
     # slots and GPUs, and five tests failed. A session killed mid-way leaves jobs behind too.)
     lock = open(Path(env["WORKSHOP_SLURM_DIR"]) / ".session.lock", "w")
-    # a session started by a test of a session that holds the lock (test_closed_clone) shares its turn
-    if os.environ.get(NESTED_SESSION) != "1":
+    # a session started by a test of a session that holds the lock (test_closed_clone) shares its turn, and leaves
+    # the cluster to it
+    nested = os.environ.get(NESTED_SESSION) == "1"
+    if not nested:
         fcntl.flock(lock, fcntl.LOCK_EX)
         _empty_the_queue(cluster)
     yield cluster
     lock.close()
-    if os.environ.get("WORKSHOP_SLURM_TEARDOWN") == "1":
+    if os.environ.get("WORKSHOP_SLURM_TEARDOWN") == "1" and not nested:
         _script("down", timeout=120)
 
 

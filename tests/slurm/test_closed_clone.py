@@ -46,7 +46,8 @@ def test_a_clone_in_a_folder_closed_to_others_runs_the_student_side_tests(slurm_
     try:
         assert oct(clone.parent.stat().st_mode & 0o777) == "0o700"
         assert not can_read(clone / "workshop" / "__init__.py")       # the newcomer's case, as made
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKSHOP_", "PYTEST_"))}
+        # the same cluster (WORKSHOP_SLURM_DIR stays); not this session's part, tier or profile file
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKSHOP_TEST_", "PYTEST_"))}
         env[NESTED_SESSION] = "1"     # this session holds the cluster's turn; the inner one shares it
         inner = [str(clone / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-s",
                  f"--basetemp={tmp_path / 'inner'}", FIRST_STUDENT_TEST]
