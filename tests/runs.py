@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests import suite_profile
 from workshop.slurm.ports import rendezvous_port
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -113,5 +114,6 @@ class RunCache:
         key = (flags, nproc, nnodes, launched)
         if key not in self.runs:
             name = f"run{len(self.runs)}-n{nnodes}x{nproc}{'' if launched else '-python'}"
-            self.runs[key] = train(self.root / name, list(flags), nproc=nproc, nnodes=nnodes, torchrun=launched)
+            with suite_profile.shared(f"runs: {' '.join(flags) or '(defaults)'}, {nnodes} node(s) x {nproc}"):
+                self.runs[key] = train(self.root / name, list(flags), nproc=nproc, nnodes=nnodes, torchrun=launched)
         return self.runs[key]

@@ -8,8 +8,9 @@ the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd'
 waits for the cluster costs what its own processes cost.
 
 What a test costs (`own`): its call, its teardown and the setup of its function-scoped fixtures. A module- or
-session-scoped fixture (the course run, the cluster, a shared training run) is shared: its cost is profiled per
-fixture and charged to no test, so whichever test asks first is not blamed for it.
+session-scoped fixture (the course run, the cluster) and a training run of tests/runs.py's RunCache (made when a
+test first asks for it, `shared`) are shared: each is profiled under its name and charged to no test, so
+whichever test asks first is not blamed for it.
 
 A test whose own CPU exceeds `BUDGET_CPU_S` fails, unless it is marked `@pytest.mark.heavy(reason=...)` (a
 larger `cpu_s=` or none). The budget is wide on purpose (a flaky budget would fail CI): of the 2026-11-26
@@ -27,9 +28,10 @@ import json
 import os
 import resource
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Generator
+from typing import Any, Generator, Iterator
 
 import pytest
 
@@ -121,10 +123,15 @@ class SuiteProfile:
     def pytest_fixture_setup(self, fixturedef: Any, request: Any) -> Generator[None, None, None]:
         with Clock() as clock:
             yield
-        self.fixtures.append({"fixture": fixturedef.argname, "scope": fixturedef.scope, "test": self.current,
-                              **{k: round(v, 2) for k, v in asdict(clock.cost).items()}})
-        if fixturedef.scope != "function" and self.current is not None:
-            self.tests.setdefault(self.current, Record()).shared.add(clock.cost)
+        self.record(fixturedef.argname, fixturedef.scope, clock.cost)
+
+    def record(self, name: str, scope: str, cost: Cost) -> None:
+        """A fixture's (or a shared run's) setup: profiled under its name; unless function-scoped, charged to no
+        test."""
+        self.fixtures.append({"fixture": name, "scope": scope, "test": self.current,
+                              **{k: round(v, 2) for k, v in asdict(cost).items()}})
+        if scope != "function" and self.current is not None:
+            self.tests.setdefault(self.current, Record()).shared.add(cost)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: Any) -> Generator[None, None, None]:
@@ -176,6 +183,19 @@ class SuiteProfile:
         terminalreporter.write_line(f"profile written to {self.path}")
 
 
+_ACTIVE: list[SuiteProfile] = []
+
+
+@contextmanager
+def shared(name: str, scope: str = "session") -> Iterator[None]:
+    """Profile a shared thing made lazily inside a test (tests/runs.py's RunCache makes each training run when a
+    test first asks for it): profiled as a fixture of `scope`, charged to no test."""
+    with Clock() as clock:
+        yield
+    for profile in _ACTIVE:
+        profile.record(name, scope, clock.cost)
+
+
 def configure(config: pytest.Config) -> None:
     """Register the `heavy` marker and the plugin (tests/conftest.py calls this)."""
     config.addinivalue_line("markers", "heavy(reason, cpu_s=None): a test known to cost more than the per-test "
@@ -183,7 +203,9 @@ def configure(config: pytest.Config) -> None:
                                        "(None: none)")
     path = os.environ.get("WORKSHOP_TEST_PROFILE")
     enforce = os.environ.get("WORKSHOP_TEST_BUDGET", "on") != "off"
-    config.pluginmanager.register(SuiteProfile(Path(path) if path else None, enforce), "workshop-suite-profile")
+    profile = SuiteProfile(Path(path) if path else None, enforce)
+    _ACTIVE[:] = [profile]
+    config.pluginmanager.register(profile, "workshop-suite-profile")
 
 
 def join(out: Path, parts: list[Path]) -> dict[str, Any]:

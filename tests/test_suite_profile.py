@@ -1,6 +1,7 @@
 """The per-test CPU budget and the suite's own profile (tests/suite_profile.py, issue 51), on a small suite of
 its own: a test over its budget fails and says why, a test marked heavy with its reason passes, a heavy mark
-without a reason fails, a shared fixture's cost is charged to no test, and the profile names each."""
+without a reason fails, a shared fixture's cost (and a shared run's, made on first asking) is charged to no test,
+and the profile names each."""
 
 from __future__ import annotations
 
@@ -51,6 +52,11 @@ def test_marked_without_reason():
 
 def test_asks_for_the_shared_run_first(shared_run):
     pass
+
+def test_makes_a_lazy_shared_run():
+    from tests import suite_profile
+    with suite_profile.shared("runs: lazy"):      # as tests/runs.py's RunCache makes a run on first asking
+        burn(1.0)
 """
 
 
@@ -74,14 +80,16 @@ def test_a_test_over_its_cpu_budget_fails_unless_marked_heavy_with_its_reason(tm
     shared = [f for f in doc["fixtures"] if f["fixture"] == "shared_run"]
     assert len(shared) == 1 and shared[0]["cpu_s"] >= 0.9 and shared[0]["scope"] == "module"
     assert shared[0]["test"].endswith("::test_asks_for_the_shared_run_first")
+    lazy = [f for f in doc["fixtures"] if f["fixture"] == "runs: lazy"]
+    assert len(lazy) == 1 and lazy[0]["cpu_s"] >= 0.9 and tests["test_makes_a_lazy_shared_run"]["own"]["cpu_s"] < 0.5
     assert "the dearest fixtures and tests" in out
 
     # the same suite with the check off: only the reasonless mark fails (a profile of a change meant to be slow)
     off = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
                          cwd=tmp_path, env={**env, "WORKSHOP_TEST_BUDGET": "off"}, capture_output=True, text=True,
                          timeout=120)
-    assert "1 failed, 4 passed" in off.stdout, off.stdout[-2000:]
+    assert "1 failed, 5 passed" in off.stdout, off.stdout[-2000:]
 
     joined = join(tmp_path / "joined.json", [profile, profile])           # the second run's profile, twice
     again = json.loads(profile.read_text())
-    assert joined["cpu_s"] == pytest.approx(2 * again["cpu_s"]) and len(joined["tests"]) == 5
+    assert joined["cpu_s"] == pytest.approx(2 * again["cpu_s"]) and len(joined["tests"]) == 6
