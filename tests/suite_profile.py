@@ -229,5 +229,6 @@ if __name__ == "__main__":
     if len(sys.argv) < 3 or sys.argv[1] != "join":
         sys.exit("usage: python -m tests.suite_profile join OUT.json PROFILE.json...")
     done = join(Path(sys.argv[2]), [Path(a) for a in sys.argv[3:]])
-    print(f"the suite's profile: {done['cpu_s']:.0f} CPU-s (this machine's pytest processes and what they waited "
-          f"for) over {done['wall_s']:.0f} s; per test and per fixture in {sys.argv[2]}")
+    print(f"the suite's profile: {done['cpu_s']:.0f} CPU-s (the pytest processes and what they waited for; the test "
+          f"cluster's jobs are slurmd's, not counted) over {done['wall_s']:.0f} s; per test and per fixture in "
+          f"{sys.argv[2]}")
