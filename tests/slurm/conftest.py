@@ -204,7 +204,7 @@ def student_view(slurm_cluster) -> StudentView:
     except RuntimeError as exc:
         pytest.fail(str(exc), pytrace=False)
     if view.made is not None:
-        print(f"student_view: {STUDENT_ROOT} is closed to student; it reads links to the "
+        print(f"student_view: {STUDENT_ROOT} or its venv is closed to student; it reads links to the "
               f"code under test in {view.made}")
     yield view
     if view.made is not None:
