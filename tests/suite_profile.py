@@ -7,7 +7,8 @@ kernels, nbgrader), not wall time: a loaded 2-core machine stretches wall time b
 the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd's child, not ours: a test that
 waits for the cluster costs what its own processes cost.
 
-What a test costs (`own`): its call, its teardown and the setup of its function-scoped fixtures. A module- or
+What a test costs (`own`): the setup of its function-scoped fixtures and its call (what the budget checks; the
+profile adds its teardown). A module- or
 session-scoped fixture (the course run, the cluster) and a training run of tests/runs.py's RunCache (made when a
 test first asks for it, `shared`) are shared: each is profiled under its name and charged to no test, so
 whichever test asks first is not blamed for it.
