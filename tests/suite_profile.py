@@ -8,10 +8,9 @@ the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd'
 waits for the cluster costs what its own processes cost.
 
 What a test costs (`own`): the setup of its function-scoped fixtures and its call (what the budget checks; the
-profile adds its teardown). A module- or
-session-scoped fixture (the course run, the cluster) and a training run of tests/runs.py's RunCache (made when a
-test first asks for it, `shared`) are shared: each is profiled under its name and charged to no test, so
-whichever test asks first is not blamed for it.
+profile adds its teardown). A module- or session-scoped fixture (the course run, the cluster) and a training run
+of tests/runs.py's RunCache (made when a test first asks for it, `shared`) are shared: each is profiled under its
+name and charged to no test, so whichever test asks first is not blamed for it.
 
 A test whose own CPU exceeds `BUDGET_CPU_S` fails, unless it is marked `@pytest.mark.heavy(reason=...)` (a
 larger `cpu_s=` or none). The budget is wide on purpose (a flaky budget would fail CI): of the 2026-11-26
