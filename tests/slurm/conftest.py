@@ -20,6 +20,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -196,7 +197,7 @@ def slurm_cluster():
 
 
 @pytest.fixture(scope="session")
-def student_view(slurm_cluster) -> StudentView:
+def student_view(slurm_cluster: SlurmCluster) -> Iterator[StudentView]:
     """The code under test where the user `student` can read it (tests/slurm/student_env.py): the checkout
     itself, or links to it in the cluster's shared folder when the checkout lives in a folder closed to others."""
     try:
