@@ -5,7 +5,8 @@ before the class.
 
 First what Slurm says of the profile (sinfo, sacctmgr, scontrol): every partition exists and is up, has
 the GPUs, cores, memory and time limit the profile counts on; the account is the user's; the QOS and the
-reservation exist (and the reservation is not over). Then one short 1-GPU job per GPU partition
+reservation exist (and the reservation is not over); the user's association and QOS limits against each
+notebook's largest cell (workshop.course.limits). Then one short 1-GPU job per GPU partition
 (`workshop.slurm.node_check`, rendered from the course's own batch script, so the site's setup, caches
 and NCCL variables are the jobs' own): torch and CUDA versions, the wheel's CUDA architectures against the
 GPU's compute capability (does it carry sm_70 for a V100?), bf16 against the precision the profile asks
@@ -15,7 +16,8 @@ are Slurm's bookkeeping only (the repo's test cluster): that is not ok, and not 
 2-node job per multi-node partition (the bandwidth step, 1 rank a node, through the course's rendezvous,
 slurm/templates/rendezvous.sh): its line is ok with a small bus-bandwidth figure, or names the failure
 (the rendezvous port, NCCL's interface, a fallback to sockets) and the profile field that fixes it.
-Exit 1 when a line needs a fix.
+A job on the session partition runs `sbatch --wait` of another (workshop.course.submit_check): a
+session that cannot submit is found here, not in class. Exit 1 when a line needs a fix.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from workshop.course.checklist import FIX, INFO, NO_GPU, NO_GPU_TEXT, OK, Line, exit_code, table
+from workshop.course.limits import limit_lines
+from workshop.course.submit_check import submit_from_job_line
 from workshop.course.prefetch import report_lines
 from workshop.training.config import ConfigError
 from workshop.slurm.profiles import Partition, Profile, ProfileError, load_profile, mem_mb, time_seconds
@@ -475,12 +479,16 @@ def preflight(profile: Profile, jobs_dir: Path, timeout: float = 900, min_free_g
         lines += partition_lines(profile, found)
         lines.append(account_line(profile, user))
         lines += [x for x in (qos_line(profile),) if x is not None]
+        lines += limit_lines(profile, user, slurm)
         lines.append(reservation_line(profile, user))
         lines.append(session_line(profile, found))
         lines += [x for x in (gate_session_line(profile),) if x is not None]
     else:
         lines.append(Line("slurm", INFO, "backend local: no Slurm to check; the node job runs on this machine"))
-    return lines + job_lines(profile, jobs_dir, timeout, min_free_gb) + two_node_lines(profile, jobs_dir, timeout)
+    lines += job_lines(profile, jobs_dir, timeout, min_free_gb)
+    if profile.backend == "slurm":
+        lines.append(submit_from_job_line(profile, jobs_dir, timeout))
+    return lines + two_node_lines(profile, jobs_dir, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

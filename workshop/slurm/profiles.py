@@ -85,6 +85,9 @@ class Profile:
     time: str = "00:30:00"
     gpu_request: str = "gpus-per-node"
     signal_lead_s: int = 0                        # > 0: --signal=B:USR1@LEAD (checkpoint before the limit)
+    # [slurm] jobs_per_user: the most jobs of one cell `lab.run_all` keeps in the queue at once (the rest follow as
+    # those end), so a site's MaxSubmitJobsPerUser never rejects a cell's burst; 0 = no cap (all at once)
+    jobs_per_user: int = 0
     step_slurm: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
     python_env: str = ""                          # "current": activate this interpreter's environment
@@ -248,10 +251,15 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["time"] = _take(slurm, "time", str, "00:30:00", source, "slurm.")
     kw["gpu_request"] = _take(slurm, "gpu_request", str, "gpus-per-node", source, "slurm.")
     kw["signal_lead_s"] = _take(slurm, "signal_lead_s", int, 0, source, "slurm.")
+    kw["jobs_per_user"] = _take(slurm, "jobs_per_user", int, 0, source, "slurm.")
+    if kw["jobs_per_user"] < 0:
+        raise ProfileError(source, "slurm.jobs_per_user", f"{kw['jobs_per_user']} is negative", "write 0 (no cap) or "
+                           "the jobs a student may have queued at once (the QOS's MaxSubmitJobsPerUser, less one for "
+                           "the JupyterLab session)")
     steps = dict(_take(slurm, "steps", dict, {}, source, "slurm."))
     watch = dict(_take(slurm, "watch", dict, {}, source, "slurm."))
     _no_leftovers(slurm, source, "slurm.", "partition, partitions, account, reservation, constraint, qos, time, "
-                  "gpu_request, signal_lead_s, steps, watch")
+                  "gpu_request, signal_lead_s, jobs_per_user, steps, watch")
     kw["watch_kernels"] = _take(watch, "kernels", int, 0, source, "slurm.watch.")
     kw["watch_sacct_per_s"] = _take(watch, "sacct_per_s", float, 1.0, source, "slurm.watch.")
     _no_leftovers(watch, source, "slurm.watch.", "kernels, sacct_per_s")
