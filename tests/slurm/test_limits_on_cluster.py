@@ -67,3 +67,18 @@ def test_a_job_whose_slurm_client_cannot_reach_slurmctld_fails_with_the_fix(clus
     line = submit_from_job_line(profile, here, timeout=180)
     assert line.status == "FIX", line
     assert "sbatch inside the job failed" in line.text and "cannot reach slurmctld" in line.text, line.text
+
+
+def test_run_all_keeps_a_cell_within_the_profiles_cap(cluster, here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """jobs_per_user = 2 and a cell of three jobs: the third is submitted only once one of the first two has
+    ended (sacct's Submit and End, to the second), and all three complete."""
+    from workshop.course.lab import Lab
+
+    monkeypatch.chdir(here)
+    lab = Lab(dataclasses.replace(CI, jobs_per_user=2), jobs_dir=here / "jobs", quiet=True)
+    group = lab.run_all({f"{n} steps": dict(step="baseline", max_steps=n, eval_generate=False) for n in (1, 2, 3)})
+    records = {name: cluster.wait(job.job_id, timeout=120) for name, job in group.items()}
+    assert {r["State"] for r in records.values()} == {"COMPLETED"}
+    times = {name: cluster.job_record(job.job_id, "JobID,Submit,End") for name, job in group.items()}
+    first_end = min(times["1 steps"]["End"], times["2 steps"]["End"])
+    assert times["3 steps"]["Submit"] >= first_end > max(times["1 steps"]["Submit"], times["2 steps"]["Submit"]), times
