@@ -113,6 +113,7 @@ class Profile:
     watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
     instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
     agenda: Mapping[str, int] = field(default_factory=dict)   # [agenda]: minutes of the day per notebook (the schedule)
+    reading_min: tuple[int, int] = (5, 15)        # [agenda] reading_min: a student's reading before a notebook's first job
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -353,7 +354,9 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            'write e.g. instructor_steps = ["strategies"]')
     kw["instructor_steps"] = tuple(steps_run)
     _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
-    kw["agenda"] = _parse_agenda(dict(_take(data, "agenda", dict, {}, source, "")), source)
+    agenda = dict(_take(data, "agenda", dict, {}, source, ""))
+    kw["reading_min"] = _parse_reading(agenda.pop("reading_min", READING_MIN), source)
+    kw["agenda"] = _parse_agenda(agenda, source)
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
@@ -403,6 +406,21 @@ def session_blocks_gate(profile: Profile, free_nodes: int | None = None) -> tupl
             "student's own session is never whole, so the gate waits (PENDING, Resources) as long as the session lives",
             "give sessions a partition of their own ([ood] partition = a CPU partition's key), or nodes of their own "
             "([ood] reservation), or, where the site allows a gate to share its nodes, set [bandwidth] exclusive = false")
+
+
+# A student reads a notebook's introduction and first cells before its first job: the fastest of the class after 5
+# minutes, the slowest after 15 (a planning assumption, not a measurement; [agenda] reading_min states a site's own).
+READING_MIN = (5, 15)
+
+
+def _parse_reading(value: Any, source: str) -> tuple[int, int]:
+    """[agenda] reading_min = [fastest, slowest]: minutes from a notebook's slot start to a student's first job."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                          for v in value) or not 0 <= value[0] <= value[1]):
+        raise ProfileError(source, "agenda.reading_min", f"{value!r} is not a spread of minutes",
+                           "write the fastest and the slowest student's reading before a notebook's first job, "
+                           "e.g. reading_min = [5, 15]")
+    return int(value[0]), int(value[1])
 
 
 def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
