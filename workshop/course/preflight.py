@@ -13,9 +13,10 @@ GPU's compute capability (does it carry sm_70 for a V100?), bf16 against the pre
 there, a NCCL init, an offline load of the model and the data from `hf_home`, and the free disk where jobs
 write. One table, one line per check: ok, the fix, or "no GPU on this partition" where a partition's GPUs
 are Slurm's bookkeeping only (the repo's test cluster): that is not ok, and not a fix either. Then one
-2-node job per multi-node partition (the bandwidth step, 1 rank a node, through the course's rendezvous,
-slurm/templates/rendezvous.sh): its line is ok with a small bus-bandwidth figure, or names the failure
-(the rendezvous port, NCCL's interface, a fallback to sockets) and the profile field that fixes it.
+2-node job per multi-node partition: the students' bandwidth gate itself (every GPU of 2 nodes, the course's
+rendezvous, slurm/templates/rendezvous.sh, its sizes up to [bandwidth] max_bytes): its line is ok with the
+bus bandwidth against [bandwidth] min_busbw_GBps, or names the failure (the rendezvous port, NCCL's
+interface, a fallback to sockets, a figure under the threshold) and the profile field that fixes it.
 A job on the session partition runs `sbatch --wait` of another (workshop.course.submit_check): a
 session that cannot submit is found here, not in class. Exit 1 when a line needs a fix.
 """
@@ -373,9 +374,6 @@ def job_lines(profile: Profile, jobs_dir: Path, timeout: float, min_free_gb: flo
 
 # ------------------------------------------------------------------------------ two nodes, as a student's gate
 
-TWO_NODE_MAX_BYTES = "8M"       # a small sweep (sizes x4 from 8 B up to 8 MB): a bus-bandwidth figure, not the gate's 256 MB
-
-
 def multi_node_partitions(profile: Profile) -> list[Partition]:
     """The partitions a 2-node job may run on: GPU partitions (the default one on a CPU profile) whose jobs may
     span 2 nodes (max_nodes 0 = no limit known) and that have 2 (nodes 0 = not counted)."""
@@ -384,18 +382,18 @@ def multi_node_partitions(profile: Profile) -> list[Partition]:
 
 
 def two_node_profile(profile: Profile, part: Partition) -> Profile:
-    """The bandwidth step on `part`, small (TWO_NODE_MAX_BYTES), short, and judged by nothing but its own
-    correctness: the gate's threshold (`[bandwidth] min_busbw_GBps`) is the students' job's, on whole nodes."""
+    """The students' gate itself on `part` (the bandwidth step: every GPU of 2 nodes, the profile's sizes up to
+    `[bandwidth] max_bytes` and its threshold), within the preflight's time, with NCCL's transport lines."""
     limit = min(PREFLIGHT_TIME_S, time_seconds(part.max_time) if part.max_time else PREFLIGHT_TIME_S)
     steps = {**profile.step_slurm, "bandwidth": {"partition": part.key,
                                                   "time": f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"}}
     env = {**profile.env, "NCCL_DEBUG": "INFO"}          # the transport lines: IB or a fallback to sockets
-    return dataclasses.replace(profile, step_slurm=steps, min_busbw_GBps=0.0, bandwidth_max_bytes=TWO_NODE_MAX_BYTES,
-                               env=env)
+    return dataclasses.replace(profile, step_slurm=steps, env=env)
 
 
-def two_node_verdict(log_text: str, state: str, part: Partition) -> tuple[str, str]:
-    """(status, text) of one 2-node job's log: ok with its bus bandwidth, or the failure and the field that fixes it."""
+def two_node_verdict(log_text: str, state: str, part: Partition, threshold: float = 0.0) -> tuple[str, str]:
+    """(status, text) of one 2-node gate's log: ok with its bus bandwidth against the gate's `threshold` (GB/s),
+    or the failure and the field that fixes it."""
     from workshop.results.diagnose import diagnose
     from workshop.results.logs import load
 
@@ -415,25 +413,36 @@ def two_node_verdict(log_text: str, state: str, part: Partition) -> tuple[str, s
             "nccl_error" in kinds and re.search(r"socket|ifname|interface", log_text, re.I)):
         return FIX, (f"NCCL found no usable interface between the nodes. Fix: [nccl] socket_ifname (per partition: "
                      f"[nccl.partitions.{part.key}]) to the interface `ip -br link` shows on both nodes")
+    if threshold and bw is not None and bw.rows and bw.gate_line_GBps is not None and bw.gate_line_GBps < threshold:
+        return FIX, (f"{_gate_figure(bw)}, below the gate's {threshold:g} GB/s ([bandwidth] min_busbw_GBps): every "
+                     "student's gate would fail here. Fix: the fabric first ([nccl] ib_hca, socket_ifname, the network "
+                     "plugin; `workshop diagnose` on the log), or a threshold this fabric's line rate supports")
     if bw is None or not bw.rows or state != "COMPLETED" or bw.failures:
         why = "; ".join(f.title for f in kinds.values()) or f"the job ended {state} without the all_reduce table"
         return FIX, f"{why}. Fix: read the log (`workshop diagnose`), then [nccl] and the rendezvous as above"
     hosts = sorted(set(bw.hosts))
     if (bw.n_nodes or len(hosts)) < 2:
         return FIX, f"the all_reduce ran on {', '.join(hosts) or 'one node'} only. Fix: the job must span 2 nodes"
-    largest = max(bw.rows, key=lambda r: r.size_bytes)
-    busbw = bw.gate_line_GBps if bw.gate_line_GBps is not None else largest.busbw_GBps
-    figure = (f"{bw.n_ranks or 2} ranks on {', '.join(hosts)}, bus bandwidth {busbw:.2f} GB/s at "
-              f"{largest.size_bytes / 2**20:g} MB")
+    figure = _gate_figure(bw)
     if part.gpus_per_node and bw.network and bw.network.lower().startswith("socket"):
         return FIX, (f"{figure}, over NCCL's socket transport (NET/Socket), not the fabric. Fix: [nccl] ib_hca (per "
                      f"partition: [nccl.partitions.{part.key}]) to the HCAs `ibv_devinfo -l` lists, or the network plugin")
-    return OK, figure + (f", network {bw.network}" if bw.network else "")
+    against = (f", at least the gate's {threshold:g} GB/s ([bandwidth] min_busbw_GBps)" if threshold else
+               ", no threshold set ([bandwidth] min_busbw_GBps = 0)")
+    return OK, figure + (f", network {bw.network}" if bw.network else "") + against
+
+
+def _gate_figure(bw: Any) -> str:
+    """Ranks, hosts and the bus bandwidth at the largest message (the gate line's figure where the log has it)."""
+    largest = max(bw.rows, key=lambda r: r.size_bytes)
+    busbw = bw.gate_line_GBps if bw.gate_line_GBps is not None else largest.busbw_GBps
+    return (f"{bw.n_ranks or 2} ranks on {', '.join(sorted(set(bw.hosts)))}, bus bandwidth {busbw:.2f} GB/s at "
+            f"{largest.size_bytes / 2**20:g} MB")
 
 
 def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Line]:
-    """One 2-node job per multi-node partition, 1 rank a node, through the course's own batch script and
-    rendezvous (the bandwidth step): what a student's gate first meets, checked the week before."""
+    """One 2-node gate per multi-node partition, as a student's notebook 05 submits it (every GPU of both nodes,
+    the course's batch script and rendezvous, its sizes and threshold): checked the week before."""
     from workshop.slurm.jobs import submit
     from workshop.slurm.watch import wait_all
 
@@ -442,7 +451,7 @@ def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Lin
         label = f"{part.name or part.key}: 2 nodes"
         try:
             jobs[part.key] = submit("bandwidth", profile=two_node_profile(profile, part), jobs_dir=jobs_dir,
-                                    overrides={"nodes": 2, "procs_per_node": 1},
+                                    overrides={"nodes": 2},
                                     name=f"workshop-preflight-2nodes-{part.key}", resubmit=True)
         except (ConfigError, RuntimeError, OSError) as e:
             lines.append(Line(label, FIX, f"not submitted: {e}"))
@@ -463,7 +472,7 @@ def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Lin
         except OSError as e:
             lines.append(Line(label, FIX, f"job {job.job_id} {state.value}, no log ({e})"))
             continue
-        status, verdict = two_node_verdict(text, state.value, part)
+        status, verdict = two_node_verdict(text, state.value, part, profile.min_busbw_GBps)
         lines.append(Line(label, status, f"job {job.job_id}: {verdict}"))
     return lines
 
