@@ -377,11 +377,11 @@ def reading_s(profile: Profile, student: int, students: int) -> float:
     return 60.0 * (lo + (hi - lo) * (student / (students - 1) if students > 1 else 0.0))
 
 
-def day_timeline(profile: Profile, notebooks: list[str], built: Mapping[str, list[SimJob]], students: int,
-                 sizes: Mapping[str, tuple[int, int]], backfill: bool) -> list[NotebookDay]:
-    """The whole day as one queue: each notebook's slot follows the one before (a notebook without a slot gets
-    the time its jobs take), each student starts it after reading, and jobs still queued or running at a slot's
-    end carry over into the next."""
+def day_jobs(profile: Profile, notebooks: list[str], built: Mapping[str, list[SimJob]], students: int,
+             sizes: Mapping[str, tuple[int, int]], backfill: bool) -> tuple[list[SimJob], dict[str, float]]:
+    """The whole day's jobs and each notebook's slot start: slots follow each other (a notebook without a slot
+    gets the time its jobs take), each student starts a notebook after reading (`release_s`), a student of
+    notebook k is student k * students + s (one queue for the day)."""
     jobs: list[SimJob] = []
     starts: dict[str, float] = {}
     t = 0.0
@@ -394,6 +394,13 @@ def day_timeline(profile: Profile, notebooks: list[str], built: Mapping[str, lis
             t += slot * 60.0
         else:
             t = max([t] + [p.end_s for p in simulate(jobs, sizes, backfill) if p.job.notebook == nb])
+    return jobs, starts
+
+
+def day_timeline(profile: Profile, notebooks: list[str], built: Mapping[str, list[SimJob]], students: int,
+                 sizes: Mapping[str, tuple[int, int]], backfill: bool) -> list[NotebookDay]:
+    """The whole day as one queue (day_jobs): jobs still queued or running at a slot's end carry over into the next."""
+    jobs, starts = day_jobs(profile, notebooks, built, students, sizes, backfill)
     placed = simulate(jobs, sizes, backfill)
     return [notebook_day([p for p in placed if p.job.notebook == nb], nb, profile.agenda.get(nb), starts[nb])
             for nb in notebooks]
@@ -421,6 +428,40 @@ def plan_day(profile: Profile, students: int, backfill: bool = True, ask_slurm: 
     sizes, notes = partition_sizes(profile, sorted(used), ask_slurm)
     plain, instructor = (day_timeline(profile, notebooks, built[mode], students, sizes, backfill) for mode in (False, True))
     return Day(students, backfill, plain, instructor, sizes, sources, notes, profile.reading_min)
+
+
+def replay_day(profile: Profile, students: int, port: int, scale: float, backfill: bool = True) -> str:
+    """`--replay`: the day in the profile's mode on a throwaway Slurm (workshop.course.replay), beside the model."""
+    import os
+    import tempfile
+    import time
+
+    from workshop.course import replay
+    from workshop.course.budget import notebook_runs
+
+    if os.geteuid() != 0:
+        raise ValueError("--replay starts Slurm daemons and submits as student users: run it as root")
+    notebooks = list(notebook_runs(profile))
+    mode = bool(profile.instructor_jobs)
+    built = {nb: class_jobs(profile, nb, students, mode)[0] for nb in notebooks}
+    sizes, _ = partition_sizes(profile, sorted({j.partition for js in built.values() for j in js}), ask_slurm=False)
+    jobs, starts = day_jobs(profile, notebooks, built, students, sizes, backfill)
+    model = day_timeline(profile, notebooks, built, students, sizes, backfill)
+    users = replay.student_users(students)
+    folder = Path(tempfile.mkdtemp(prefix="workshop-replay-"))
+    cluster = replay.Cluster(folder, port, replay.shape(profile, sizes))
+    day_s = max(starts.values()) + max(profile.agenda.values(), default=60) * 60
+    try:
+        cluster.up()
+        t0 = time.monotonic()
+        ran = replay.drive(cluster, jobs, users, profile, scale, timeout_s=3 * day_s / 60 * scale + 300)
+        took = time.monotonic() - t0
+    finally:
+        cluster.down()
+    shutil.rmtree(folder, ignore_errors=True)        # kept, with its logs, where the replay failed
+    how = "instructor-run mode" if mode else "without instructor-run mode"
+    return (f"The day replayed on Slurm ({len(cluster.nodes)} nodes, {len(ran)} jobs of {students} student users, "
+            f"{how}, {scale:g} s per minute, {took:.0f} s):\n\n" + replay.comparison(model, replay.replay_days(ran, notebooks, starts)))
 
 
 def _m(seconds: float) -> str:
@@ -465,6 +506,7 @@ def describe(day: Day) -> str:
 def main(argv: list[str] | None = None) -> int:
     """`workshop budget`: the budget's tables (workshop.course.budget), then the day's schedule and its warnings."""
     from workshop.course import budget
+    from workshop.course.replay import REPLAY_PORT
     from workshop.training.config import ConfigError
 
     ap = argparse.ArgumentParser(prog="workshop budget", description=__doc__.split("\n\n")[0])
@@ -475,6 +517,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-backfill", action="store_true",
                     help="schedule the day as a strict FIFO queue (default: Slurm's backfill)")
     ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
+    ap.add_argument("--replay", action="store_true", help="then replay the day on a throwaway Slurm on this machine "
+                    "(root; minutes) and print its makespans and waits beside the model's")
+    ap.add_argument("--replay-port", type=int, default=REPLAY_PORT, help="the replay's slurmctld port; its nodes take "
+                    f"the port + 100 and up (default {REPLAY_PORT})")
+    ap.add_argument("--replay-scale", type=float, default=1.0, help="seconds of replay per minute of the day (default 1)")
     args = ap.parse_args(argv)
     rest = ["--students", str(args.students), "--reruns", str(args.reruns)] + (["--profile", args.profile] if args.profile else [])
     if args.instructor_run:
@@ -495,6 +542,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{describe(day)}")
     for line in day.notes + day.warnings(profile):
         print(line)
+    if args.replay:
+        try:
+            print("\n" + replay_day(profile, args.students, args.replay_port, args.replay_scale, not args.no_backfill))
+        except (RuntimeError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 
