@@ -6,13 +6,12 @@ session partition), which passes, and fails where the job's Slurm client cannot 
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.slurm.test_preflight_on_cluster import here  # noqa: F401 - the fixture: a fresh folder every user writes
 from workshop.course.limits import limit_lines
 from workshop.course.preflight import slurm
 from workshop.course.submit_check import submit_from_job_line
@@ -31,13 +30,6 @@ def limited(cluster) -> str:
     if not cluster.run("sacctmgr", "-n", "-P", "show", "assoc", f"where", f"user={USER}", "format=User").stdout.strip():
         cluster.run("sacctmgr", "-i", "add", "user", USER, "account=workshop", f"qos=normal,{QOS}", f"defaultqos={QOS}")
     return USER
-
-
-@pytest.fixture()
-def here(cluster) -> Path:
-    path = cluster.shared / f"limits-{os.getpid()}-{time.time_ns()}"
-    path.mkdir(mode=0o1777)
-    return path
 
 
 def test_preflight_names_a_submit_limit_that_notebook_03s_cell_exceeds(limited: str) -> None:

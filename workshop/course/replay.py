@@ -204,7 +204,8 @@ def sbatch_args(job: SimJob, profile: Profile, user: str, stem: Path, scale: flo
     if part.mem_per_proc:
         args.append(f"--mem={mem_mb(part.mem_per_proc) * procs}M")
     sleep = job.duration_s / 60 * scale
-    args.append(f"--wrap=date +%s.%N > {stem}.start; sleep {sleep:.3f}; date +%s.%N > {stem}.end")
+    # the end file appears whole (mv), so a reader never meets it empty
+    args.append(f"--wrap=date +%s.%N > {stem}.start; sleep {sleep:.3f}; date +%s.%N > {stem}.tmp && mv {stem}.tmp {stem}.end")
     return args
 
 

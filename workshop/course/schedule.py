@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -432,7 +433,6 @@ def plan_day(profile: Profile, students: int, backfill: bool = True, ask_slurm: 
 
 def replay_day(profile: Profile, students: int, port: int, scale: float, backfill: bool = True) -> str:
     """`--replay`: the day in the profile's mode on a throwaway Slurm (workshop.course.replay), beside the model."""
-    import os
     import tempfile
     import time
 
@@ -521,7 +521,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(root; minutes) and print its makespans and waits beside the model's")
     ap.add_argument("--replay-port", type=int, default=REPLAY_PORT, help="the replay's slurmctld port; its nodes take "
                     f"the port + 100 and up (default {REPLAY_PORT})")
-    ap.add_argument("--replay-scale", type=float, default=1.0, help="seconds of replay per minute of the day (default 1)")
+    ap.add_argument("--replay-scale", type=float, default=float(os.environ.get("WORKSHOP_REPLAY_SCALE", "1")),
+                    help="seconds of replay per minute of the day (default $WORKSHOP_REPLAY_SCALE, else 1)")
     args = ap.parse_args(argv)
     rest = ["--students", str(args.students), "--reruns", str(args.reruns)] + (["--profile", args.profile] if args.profile else [])
     if args.instructor_run:
