@@ -67,21 +67,22 @@ def test_makespan_and_wait_by_hand() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("slurmctld"), reason="the replay runs as root, with Slurm")
 def test_the_guides_replay_runs_beside_the_shared_cluster_and_leaves_nothing(tmp_path: Path) -> None:
-    """docs/instructor.md's `--replay` line as written, at 0.3 s per minute (WORKSHOP_REPLAY_SCALE; about 2 minutes):
-    every notebook's row, each replayed makespan within 8 minutes of the model's at this scale (Slurm's start-up
-    latency, ~0.5-1 s, is 2-3 minutes here),
-    and afterwards no daemon of it runs and its folder is gone."""
+    """docs/instructor.md's `--replay` line as written, at 0.5 s per minute (WORKSHOP_REPLAY_SCALE; about 2.5 minutes):
+    every notebook's row; each replayed makespan no shorter than the model's (less 2 minutes) and at most 30 % longer
+    (5 minutes for a short one): Slurm's 0.5-1 s from one job's end to the next one's start is 1-2 minutes a job here
+    (at 0.3 s per minute, 02 came out 18 % longer; at 1 s per minute, the guide's table, 4 %); afterwards no daemon of
+    it runs and its folder is gone."""
     from tests.test_docs_commands import fenced, line_with, sh
 
     line = line_with(fenced(ROOT / "docs" / "instructor.md", "## The day"), "--replay")
     assert line == "workshop budget --profile example-hpc --students 20 --replay"
-    proc = sh(line, tmp_path, {"WORKSHOP_REPLAY_SCALE": "0.3"}, timeout=600)
+    proc = sh(line, tmp_path, {"WORKSHOP_REPLAY_SCALE": "0.5"}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout.split("The day replayed on Slurm (12 nodes, 200 jobs of 20 student users, instructor-run mode", 1)[1]
     rows = {r.split(" | ")[0].strip("| "): r.split(" | ") for r in out.splitlines() if r.startswith("| 0")}
     assert list(rows) == ["01_baseline", "02_fsdp_single_gpu", "03_sharding_strategies", "04_multi_gpu", "05_multi_node"]
     for nb in ("01_baseline", "02_fsdp_single_gpu", "04_multi_gpu", "05_multi_node"):
         model, replayed = float(rows[nb][3]), float(rows[nb][4])
-        assert 0 < replayed and abs(replayed - model) < 8, rows[nb]
+        assert model - 2 <= replayed <= model + max(5.0, 0.3 * model), rows[nb]
     left = subprocess.run(["pgrep", "-af", "workshop-replay-"], capture_output=True, text=True).stdout
     assert left == "" and not list(Path("/tmp").glob("workshop-replay-*"))
