@@ -106,6 +106,25 @@ def test_a_slot_filled_to_90_percent_warns_with_the_field_and_its_value() -> Non
     assert warned(53.9) == [] and "more than it" in warned(61)[0]
 
 
+def test_other_users_nodes_are_not_the_class_s(tmp_path: Path) -> None:
+    """[agenda] background_nodes = { v100 = 2 }: the class shares 2 of the 4 V100 nodes; 02's 100 one-GPU jobs then
+    queue on 8 GPUs, not 16, and end later. Holding all 4 nodes, or a partition that does not exist, names the field."""
+    from workshop.course.schedule import partition_sizes
+
+    text = (PROFILES_DIR / "example-hpc.toml").read_text()
+    site = tmp_path / "site.toml"
+    site.write_text(text.replace("reading_min = [5, 15]", "reading_min = [5, 15]\nbackground_nodes = { v100 = 2 }"))
+    shared = load_profile(site)
+    assert partition_sizes(shared, ["v100", "a100"], ask_slurm=False)[0] == {"v100": (2, 4), "a100": (8, 8)}
+    alone = {nb.notebook: nb.makespan_s for nb in plan_day(SITE, 20, ask_slurm=False).instructor}
+    beside = {nb.notebook: nb.makespan_s for nb in plan_day(shared, 20, ask_slurm=False).instructor}
+    assert beside["02_fsdp_single_gpu"] > alone["02_fsdp_single_gpu"] and beside["04_multi_gpu"] == alone["04_multi_gpu"]
+    for bad in ("{ v100 = 4 }", "{ h100 = 1 }"):
+        site.write_text(text.replace("reading_min = [5, 15]", f"reading_min = [5, 15]\nbackground_nodes = {bad}"))
+        with pytest.raises(ProfileError, match="agenda.background_nodes"):
+            load_profile(site)
+
+
 def test_a_job_larger_than_its_partition_is_refused() -> None:
     with pytest.raises(ValueError, match="never start"):
         simulate([job("big", 3, 4, 1)], TWO_NODES)

@@ -13,8 +13,8 @@ every daemon on 127.0.0.1, and it is torn down at the end (the student users sta
 
 What it does not replay, said with the figures: time limits (Slurm counts whole minutes; a scaled limit under a
 minute becomes one, so backfill plans with 1-minute limits), the course's real batch scripts (a job is a sleep
-asking the same nodes, GPUs, cores and memory), and, as the example profile states none, QOS limits, fair-share
-and other users' jobs.
+asking the same nodes, GPUs, cores and memory), and QOS limits and fair-share (no slurmdbd here; the example
+profile states neither).
 """
 
 from __future__ import annotations
@@ -170,9 +170,10 @@ class Cluster:
         self.procs = []
 
 
-def student_users(n: int) -> list[str]:
-    """N local users for the replay's students (made once, no home folder: sbatch --uid needs a real uid)."""
-    names = [f"{USER_PREFIX}{i + 1:02d}" for i in range(n)]
+def student_users(n: int, extra: tuple[str, ...] = ()) -> list[str]:
+    """N local users for the replay's students, and `extra` ones (made once, no home folder: sbatch --uid needs a
+    real uid)."""
+    names = [f"{USER_PREFIX}{i + 1:02d}" for i in range(n)] + [f"{USER_PREFIX}{x}" for x in extra]
     for name in names:
         try:
             pwd.getpwnam(name)
@@ -207,6 +208,16 @@ def sbatch_args(job: SimJob, profile: Profile, user: str, stem: Path, scale: flo
     # the end file appears whole (mv), so a reader never meets it empty
     args.append(f"--wrap=date +%s.%N > {stem}.start; sleep {sleep:.3f}; date +%s.%N > {stem}.tmp && mv {stem}.tmp {stem}.end")
     return args
+
+
+def hold_background(cluster: Cluster, profile: Profile, user: str) -> int:
+    """Other users' share ([agenda] background_nodes): one job per partition holding those whole nodes all day,
+    submitted before the class's first job. Returns the jobs submitted."""
+    for key, nodes in profile.background_nodes.items():
+        part = profile.partitions[key]
+        cluster.slurm("sbatch", "--parsable", f"--uid={user}", f"--partition={part.name or key}", f"--nodes={nodes}",
+                      "--exclusive", "--output=/dev/null", "--job-name=background", "--wrap=sleep 1000000")
+    return len(profile.background_nodes)
 
 
 def drive(cluster: Cluster, jobs: list[SimJob], users: list[str], profile: Profile, scale: float,

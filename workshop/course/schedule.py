@@ -259,7 +259,8 @@ def sinfo_nodes(name: str, timeout: float = 5.0) -> int | None:
 
 
 def partition_sizes(profile: Profile, keys: Iterable[str], ask_slurm: bool = True) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """(nodes, GPUs per node) of each partition the jobs use, and notes where Slurm says otherwise."""
+    """(nodes, GPUs per node) of each partition the jobs use, less the nodes other users hold ([agenda]
+    background_nodes), and notes where Slurm says otherwise."""
     sizes, notes = {}, []
     for key in keys:
         part = profile.partitions[key]
@@ -267,8 +268,8 @@ def partition_sizes(profile: Profile, keys: Iterable[str], ask_slurm: bool = Tru
         if told is not None and part.nodes and told != part.nodes:
             notes.append(f"warning: partition {part.name!r}: sinfo counts {told} nodes, the profile {part.nodes} "
                          f"(slurm.partitions.{key}.nodes): the schedule uses the profile's; correct it")
-        nodes = part.nodes or told or 0
-        if not nodes:
+        nodes = (part.nodes or told or 0) - profile.background_nodes.get(key, 0)
+        if nodes <= 0:
             raise ProfileError(profile.source, f"slurm.partitions.{key}.nodes", "is not set and Slurm does not "
                                "answer, so the schedule cannot know how many nodes the class shares",
                                f"write nodes = N, N from `sinfo -h -p {part.name or '<partition>'} -o %D`")
@@ -348,6 +349,7 @@ class Day:
     sources: set[str]
     notes: list[str]
     reading_min: tuple[int, int] = (0, 0)
+    background: Mapping[str, int] = field(default_factory=dict)    # [agenda] background_nodes
 
     def in_effect(self, profile: Profile) -> list[NotebookDay]:
         """The mode the profile runs the class in: instructor-run where it names a folder."""
@@ -428,7 +430,7 @@ def plan_day(profile: Profile, students: int, backfill: bool = True, ask_slurm: 
             built[mode][nb] = jobs
     sizes, notes = partition_sizes(profile, sorted(used), ask_slurm)
     plain, instructor = (day_timeline(profile, notebooks, built[mode], students, sizes, backfill) for mode in (False, True))
-    return Day(students, backfill, plain, instructor, sizes, sources, notes, profile.reading_min)
+    return Day(students, backfill, plain, instructor, sizes, sources, notes, profile.reading_min, profile.background_nodes)
 
 
 def replay_day(profile: Profile, students: int, port: int, scale: float, backfill: bool = True) -> str:
@@ -447,13 +449,15 @@ def replay_day(profile: Profile, students: int, port: int, scale: float, backfil
     sizes, _ = partition_sizes(profile, sorted({j.partition for js in built.values() for j in js}), ask_slurm=False)
     jobs, starts = day_jobs(profile, notebooks, built, students, sizes, backfill)
     model = day_timeline(profile, notebooks, built, students, sizes, backfill)
-    users = replay.student_users(students)
+    users = replay.student_users(students, ("bg",))
+    whole = {k: (n + profile.background_nodes.get(k, 0), g) for k, (n, g) in sizes.items()}
     folder = Path(tempfile.mkdtemp(prefix="workshop-replay-"))
-    cluster = replay.Cluster(folder, port, replay.shape(profile, sizes))
+    cluster = replay.Cluster(folder, port, replay.shape(profile, whole))
     day_s = max(starts.values()) + max(profile.agenda.values(), default=60) * 60
     try:
         cluster.up()
         t0 = time.monotonic()
+        replay.hold_background(cluster, profile, users.pop())
         ran = replay.drive(cluster, jobs, users, profile, scale, timeout_s=3 * day_s / 60 * scale + 300)
         took = time.monotonic() - t0
     finally:
@@ -500,7 +504,8 @@ def describe(day: Day) -> str:
     return (f"durations {how}; {'backfill' if day.backfill else 'strict FIFO'}; slots follow each other, each student "
             f"starts a notebook after {lo}-{hi} min of reading ([agenda] reading_min), jobs not ended by a slot's end "
             "carry over into the next; makespan counts from the slot's start; instructor-run: the costly jobs were run "
-            "before the class")
+            "before the class" + "".join(f"; other users hold {n} node(s) of {k} ([agenda] background_nodes)"
+                                          for k, n in day.background.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,6 +114,9 @@ class Profile:
     instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
     agenda: Mapping[str, int] = field(default_factory=dict)   # [agenda]: minutes of the day per notebook (the schedule)
     reading_min: tuple[int, int] = (5, 15)        # [agenda] reading_min: a student's reading before a notebook's first job
+    # [agenda] background_nodes: {partition key: nodes other users' jobs hold through the class}, the schedule's
+    # and the replay's share of the partition that is not the class's
+    background_nodes: Mapping[str, int] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -356,6 +359,7 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
     agenda = dict(_take(data, "agenda", dict, {}, source, ""))
     kw["reading_min"] = _parse_reading(agenda.pop("reading_min", READING_MIN), source)
+    kw["background_nodes"] = _parse_background(agenda.pop("background_nodes", {}), partitions, source)
     kw["agenda"] = _parse_agenda(agenda, source)
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
@@ -421,6 +425,19 @@ def _parse_reading(value: Any, source: str) -> tuple[int, int]:
                            "write the fastest and the slowest student's reading before a notebook's first job, "
                            "e.g. reading_min = [5, 15]")
     return int(value[0]), int(value[1])
+
+
+def _parse_background(value: Any, partitions: Mapping[str, Partition], source: str) -> dict[str, int]:
+    """[agenda] background_nodes = { v100 = 1 }: nodes of a partition that other users' jobs hold all day."""
+    fix = "write the nodes other users hold per partition key, fewer than its nodes, e.g. background_nodes = { v100 = 1 }"
+    if not isinstance(value, dict):
+        raise ProfileError(source, "agenda.background_nodes", f"{value!r} is not a table", fix)
+    for key, n in value.items():
+        part = partitions.get(key)
+        if part is None or not isinstance(n, int) or isinstance(n, bool) or n < 0 or (part.nodes and n >= part.nodes):
+            raise ProfileError(source, f"agenda.background_nodes.{key}", f"{n!r} nodes of {key!r} is not a share "
+                               "the class can work beside", fix)
+    return dict(value)
 
 
 def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
