@@ -60,11 +60,23 @@ def test_limit_lines_read_sacctmgr_and_judge_every_notebook() -> None:
 
     def sacctmgr(cmd: list[str]) -> str:
         asked.append(cmd)
-        return ASSOC if "assoc" in cmd else QOS
+        return "AccountingStorageEnforce = associations,limits,qos\n" if cmd[0] == "scontrol" else \
+            ASSOC if "assoc" in cmd else QOS
 
     lines = limit_lines(dataclasses.replace(CI, account="workshop"), "alice", sacctmgr)
-    assert [c[4] for c in asked] == ["assoc", "qos"] and "user=alice" in asked[0]
+    assert [c[4] for c in asked[:2]] == ["assoc", "qos"] and "user=alice" in asked[0]
     assert lines[0].text == "association workshop: GPUs a user 16, GPUs a job 8; QOS class3: MaxSubmit 3, MaxJobs 2, GPUs a user 4"
     status = {ln.check: ln.status for ln in lines[1:]}
     assert status == {"limits: 01_baseline": "ok", "limits: 02_fsdp_single_gpu": "FIX",
                       "limits: 03_sharding_strategies": "FIX", "limits: 04_multi_gpu": "-", "limits: 05_multi_node": "FIX"}
+
+
+def test_limits_slurmctld_does_not_enforce_are_facts_with_the_fix_for_when_it_does() -> None:
+    from workshop.course.limits import enforced, unenforced
+
+    assert enforced("AccountingStorageEnforce = associations,limits,qos") and enforced("AccountingStorageEnforce = safe")
+    assert not enforced("AccountingStorageEnforce = none") and not enforced("AccountingStorageEnforce = associations")
+    b03 = next(b for b in bursts(CI) if b.notebook == "03_sharding_strategies")
+    line = unenforced(burst_line(b03, [Limits("QOS class3", max_submit=3)], CI))
+    assert line.status == "-" and line.text.startswith("not enforced here (AccountingStorageEnforce has no limits), else: ")
+    assert "jobs_per_user = 2" in line.text

@@ -125,6 +125,16 @@ def test_other_users_nodes_are_not_the_class_s(tmp_path: Path) -> None:
             load_profile(site)
 
 
+def test_a_per_user_cap_holds_a_cells_jobs_back_until_one_ends() -> None:
+    """jobs_per_user = 2, one student's cell of A (1 GPU, 4 s), B (1 GPU, 6 s), C (1 GPU, 2 s) on a node of 4 GPUs:
+    A and B are submitted at 0; C only when A ends, at 4, and runs 4-6. Without the cap all three start at 0.
+    The next cell, D (1 GPU, 1 s), is submitted when the last of them ends, at 6."""
+    cell = [SimJob(n, "p", 1, 1, d, d) for n, d in (("A", 4), ("B", 6), ("C", 2))] + [SimJob("D", "p", 1, 1, 1, 1, wave=1)]
+    capped = simulate(cell, {"p": (1, 4)}, cap=2)
+    assert by_name(capped) == {"A": (0, 4, 0), "B": (0, 6, 0), "C": (4, 6, 0), "D": (6, 7, 0)}
+    assert by_name(simulate(cell, {"p": (1, 4)}))["C"] == (0, 2, 0)
+
+
 def test_a_job_larger_than_its_partition_is_refused() -> None:
     with pytest.raises(ValueError, match="never start"):
         simulate([job("big", 3, 4, 1)], TWO_NODES)

@@ -35,13 +35,13 @@ def limited(cluster) -> str:
 def test_preflight_names_a_submit_limit_that_notebook_03s_cell_exceeds(limited: str) -> None:
     lines = {ln.check: ln for ln in limit_lines(CI, limited, slurm)}
     assert lines["limits"].text == f"association workshop: no limits; QOS {QOS}: MaxSubmit 3"
-    line = lines["limits: 03_sharding_strategies"]
-    assert line.status == "FIX", line
+    line = lines["limits: 03_sharding_strategies"]        # the shared cluster enforces none (others' tests rely on it)
+    assert line.status == "-" and line.text.startswith("not enforced here (AccountingStorageEnforce has no limits)"), line
     assert f"QOS {QOS} lets a user queue 3" in line.text and "jobs_per_user = 2" in line.text
     assert lines["limits: 01_baseline"].status == "ok"
     capped = {ln.check: ln for ln in limit_lines(dataclasses.replace(CI, jobs_per_user=2), limited, slurm)}
     assert capped["limits: 03_sharding_strategies"].status == "ok"
-    assert not [ln for ln in capped.values() if ln.status == "FIX"]
+    assert not [ln for ln in capped.values() if ln.status != "ok" and ln.check != "limits"]
 
 
 def test_a_job_on_the_session_partition_submits_a_job(cluster, here: Path) -> None:

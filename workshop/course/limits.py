@@ -127,8 +127,23 @@ def burst_line(burst: Burst, limits: list[Limits], profile: Profile) -> Line:
     return Line(label, OK, fits)
 
 
+def enforced(config: str) -> bool:
+    """Whether slurmctld applies association and QOS limits (`scontrol show config`'s AccountingStorageEnforce holds
+    limits or safe); without, the limits are accounting's words only and a burst over them still runs."""
+    found = re.search(r"AccountingStorageEnforce\s*=\s*(\S+)", config)
+    return bool(found) and bool({"limits", "safe"} & set(found.group(1).lower().split(",")))
+
+
+def unenforced(line: Line) -> Line:
+    """A FIX that the cluster would not act on today: said as a fact, with the fix for when it does."""
+    if line.status != FIX:
+        return line
+    return Line(line.check, INFO, f"not enforced here (AccountingStorageEnforce has no limits), else: {line.text}")
+
+
 def limit_lines(profile: Profile, user: str, sacctmgr: Callable[[list[str]], str]) -> list[Line]:
-    """The user's association and QOS limits (sacctmgr), then one line per notebook."""
+    """The user's association and QOS limits (sacctmgr), then one line per notebook (facts, not fixes, where
+    slurmctld does not enforce limits)."""
     try:
         assoc, default_qos = parse_assoc(sacctmgr(["sacctmgr", "-n", "-P", "show", "assoc", "where", f"user={user}",
                                                    f"format={ASSOC_FORMAT}"]), profile.account)
@@ -142,4 +157,9 @@ def limit_lines(profile: Profile, user: str, sacctmgr: Callable[[list[str]], str
             ("GPUs a user", x.max_gpus_user), ("GPUs a job", x.max_gpus_job)) if v is not None) for x in limits]
     head = Line("limits", INFO, "; ".join(s if not s.endswith(": ") else s + "no limits" for s in said) or
                 f"no association or QOS found for {user}")
-    return [head] + [burst_line(b, limits, profile) for b in bursts(profile)]
+    lines = [burst_line(b, limits, profile) for b in bursts(profile)]
+    try:
+        applied = enforced(sacctmgr(["scontrol", "show", "config"]))
+    except RuntimeError:
+        applied = True              # not known: judged as a site that enforces them
+    return [head] + (lines if applied else [unenforced(ln) for ln in lines])

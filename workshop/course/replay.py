@@ -223,35 +223,46 @@ def hold_background(cluster: Cluster, profile: Profile, user: str) -> int:
 def drive(cluster: Cluster, jobs: list[SimJob], users: list[str], profile: Profile, scale: float,
           timeout_s: float) -> list[Ran]:
     """Submit each student's waves as the day reaches them (the first after reading, the next when the last job of
-    the one before has ended), and read back when each job started and ended (the job's own clock)."""
-    students = len(users)
+    the one before has ended; at most `[slurm] jobs_per_user` unfinished at once, as lab.run_all), and read back
+    when each job started and ended (the job's own clock)."""
     waves: dict[tuple[int, int], list[SimJob]] = {}
     for j in jobs:
         waves.setdefault((j.student, j.wave), []).append(j)
+    left = {k: len(v) for k, v in waves.items()}
     next_wave = {s: sorted(w for (t, w) in waves if t == s) for s in {s for s, _ in waves}}
     due = sorted((min(j.release_s for j in waves[(s, ws[0])]), s, ws.pop(0)) for s, ws in next_wave.items())
-    inflight: dict[tuple[int, int], list[tuple[SimJob, Path, float]]] = {}
+    held: dict[int, list[SimJob]] = {s: [] for s in next_wave}
+    out: dict[int, list[tuple[SimJob, Path, float]]] = {s: [] for s in next_wave}
     ran: list[Ran] = []
     t0, wall0, count = time.monotonic(), time.time(), 0
     day = lambda: (time.monotonic() - t0) / scale * 60           # noqa: E731 - the day's clock, in its seconds
-    while due or inflight:
+
+    def feed(s: int) -> None:
+        nonlocal count
+        while held[s] and (not profile.jobs_per_user or len(out[s]) < profile.jobs_per_user):
+            j = held[s].pop(0)
+            count += 1
+            stem = cluster.folder / "jobs" / f"{count:05d}"
+            cluster.slurm(*sbatch_args(j, profile, users[s % len(users)], stem, scale))
+            out[s].append((j, stem, day()))
+
+    while due or any(out.values()) or any(held.values()):
         if time.monotonic() - t0 > timeout_s:
-            raise RuntimeError(f"the replay did not end within {timeout_s:.0f} s: {len(inflight)} wave(s) still out")
+            raise RuntimeError(f"the replay did not end within {timeout_s:.0f} s")
         while due and due[0][0] <= day():
             _, s, w = due.pop(0)
-            inflight[(s, w)] = []
-            for j in waves[(s, w)]:
-                count += 1
-                stem = cluster.folder / "jobs" / f"{count:05d}"
-                cluster.slurm(*sbatch_args(j, profile, users[s % students], stem, scale))
-                inflight[(s, w)].append((j, stem, day()))
-        for key in [k for k, v in inflight.items() if all(Path(f"{st}.end").exists() for _, st, _ in v)]:
-            for j, stem, submitted in inflight.pop(key):
+            held[s] += waves[(s, w)]
+            feed(s)
+        for s, mine in out.items():
+            for j, stem, submitted in [x for x in mine if Path(f"{x[1]}.end").exists()]:
+                mine.remove((j, stem, submitted))
                 at = [(float(Path(f"{stem}.{e}").read_text()) - wall0) / scale * 60 for e in ("start", "end")]
                 ran.append(Ran(j, submitted, *at))
-            if next_wave[key[0]]:
-                due.append((day(), key[0], next_wave[key[0]].pop(0)))
-                due.sort()
+                left[(s, j.wave)] -= 1
+                if left[(s, j.wave)] == 0 and next_wave[s]:
+                    due.append((day(), s, next_wave[s].pop(0)))
+                    due.sort()
+            feed(s)
         time.sleep(0.05)
     return ran
 

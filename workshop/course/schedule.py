@@ -98,10 +98,12 @@ def _fit(free: list[int], nodes: int, per_node: int) -> tuple[int, ...] | None:
     return chosen if len(chosen) == nodes else None
 
 
-def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], backfill: bool = True) -> list[Placed]:
+def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], backfill: bool = True,
+             cap: int = 0) -> list[Placed]:
     """Play the queue out. `partitions`: name -> (nodes, GPUs per node). Jobs are given in priority order
     within a moment; a student's first wave is submitted at its `release_s`, wave w + 1 when the last job of
-    wave w ends."""
+    wave w ends; with `cap` (`[slurm] jobs_per_user`, as lab.run_all), a student has at most `cap` jobs
+    submitted and unfinished, the next one submitted as one ends."""
     jobs = list(jobs)
     _check_sizes(jobs, partitions)
     waves: dict[tuple[int, int], list[SimJob]] = {}
@@ -119,11 +121,19 @@ def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], 
     left = {k: len(v) for k, v in waves.items()}
     order = 0
 
-    def release(student: int, wave: int, t: float) -> None:
+    queued: dict[int, list[SimJob]] = {s: [] for s in by_student}     # released, held back by the cap
+    out = {s: 0 for s in by_student}                                  # submitted and not ended
+
+    def feed(student: int, t: float) -> None:
         nonlocal order
-        for j in waves[(student, wave)]:
-            pending.append((t, order, j))
+        while queued[student] and (not cap or out[student] < cap):
+            pending.append((t, order, queued[student].pop(0)))
+            out[student] += 1
             order += 1
+
+    def release(student: int, wave: int, t: float) -> None:
+        queued[student] += waves[(student, wave)]
+        feed(student, t)
 
     for s in sorted(by_student, key=lambda s: (min(j.release_s for j in waves[(s, by_student[s][0])]), s)):
         first = by_student[s][0]
@@ -144,10 +154,12 @@ def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], 
                 free[p.job.partition][i] += p.job.gpus_per_node
             key = (p.job.student, p.job.wave)
             left[key] -= 1
-            if left[key] == 0:
-                nxt = [w for w in by_student[p.job.student] if w > p.job.wave]
-                if nxt:
-                    release(p.job.student, nxt[0], t)
+            out[p.job.student] -= 1
+            nxt = [w for w in by_student[p.job.student] if w > p.job.wave]
+            if left[key] == 0 and nxt:
+                release(p.job.student, nxt[0], t)
+            else:
+                feed(p.job.student, t)
     return done
 
 
@@ -396,7 +408,8 @@ def day_jobs(profile: Profile, notebooks: list[str], built: Mapping[str, list[Si
         if slot:
             t += slot * 60.0
         else:
-            t = max([t] + [p.end_s for p in simulate(jobs, sizes, backfill) if p.job.notebook == nb])
+            t = max([t] + [p.end_s for p in simulate(jobs, sizes, backfill, profile.jobs_per_user)
+                           if p.job.notebook == nb])
     return jobs, starts
 
 
@@ -404,7 +417,7 @@ def day_timeline(profile: Profile, notebooks: list[str], built: Mapping[str, lis
                  sizes: Mapping[str, tuple[int, int]], backfill: bool) -> list[NotebookDay]:
     """The whole day as one queue (day_jobs): jobs still queued or running at a slot's end carry over into the next."""
     jobs, starts = day_jobs(profile, notebooks, built, students, sizes, backfill)
-    placed = simulate(jobs, sizes, backfill)
+    placed = simulate(jobs, sizes, backfill, profile.jobs_per_user)
     return [notebook_day([p for p in placed if p.job.notebook == nb], nb, profile.agenda.get(nb), starts[nb])
             for nb in notebooks]
 
