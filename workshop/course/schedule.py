@@ -477,8 +477,13 @@ def replay_day(profile: Profile, students: int, port: int, scale: float, backfil
         cluster.down()
     shutil.rmtree(folder, ignore_errors=True)        # kept, with its logs, where the replay failed
     how = "instructor-run mode" if mode else "without instructor-run mode"
+    replayed = replay.replay_days(ran, notebooks, starts)
+    seen = [dataclasses.replace(nb, makespan_s=replayed[nb.notebook][0], longest_wait_s=replayed[nb.notebook][1])
+            for nb in model]          # the replay's figures, warned about as the model's are
+    warned = Day(students, backfill, seen, seen, sizes, set(), []).warnings(profile)
     return (f"The day replayed on Slurm ({len(cluster.nodes)} nodes, {len(ran)} jobs of {students} student users, "
-            f"{how}, {scale:g} s per minute, {took:.0f} s):\n\n" + replay.comparison(model, replay.replay_days(ran, notebooks, starts)))
+            f"{how}, {scale:g} s per minute, {took:.0f} s):\n\n" + replay.comparison(model, replayed) +
+            "".join(f"\n{w.replace('warning: ', 'warning (replay): ', 1)}" for w in warned))
 
 
 def _m(seconds: float) -> str:
