@@ -158,7 +158,14 @@ class Cluster:
         return proc.stdout
 
     def down(self) -> None:
-        """Stop what up() started, slurmds first, munged last."""
+        """Cancel every job and wait for the queue to empty, then stop what up() started (slurmds first, munged
+        last), then whatever of its jobs outlived them: a slurmstepd whose slurmd is gone waits for it forever."""
+        if len(self.procs) > 1 and self.procs[1].poll() is None:          # slurmctld answers: empty its queue
+            for part in dict.fromkeys(n.partition for n in self.nodes):
+                self.slurm("scancel", "--full", f"--partition={part}", check=False)
+            end = time.monotonic() + 20
+            while self.slurm("squeue", "-h", "-o", "%i", check=False).strip() and time.monotonic() < end:
+                time.sleep(0.5)
         for p in reversed(self.procs):
             if p.poll() is None:
                 p.terminate()
@@ -168,6 +175,18 @@ class Cluster:
                     p.kill()
                     p.wait(5)
         self.procs = []
+        self._kill_leftovers()
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL the processes whose environment names this cluster's slurm.conf (its jobs' steps and scripts:
+        nothing else carries that path)."""
+        mark = f"SLURM_CONF={self.folder / 'slurm.conf'}".encode()
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if mark in (proc / "environ").read_bytes().split(b"\0") and int(proc.name) != os.getpid():
+                    os.kill(int(proc.name), 9)
+            except (OSError, ValueError):
+                continue
 
 
 def student_users(n: int, extra: tuple[str, ...] = ()) -> list[str]:
