@@ -23,7 +23,7 @@ def test_a_two_node_run_is_ok_with_its_bus_bandwidth() -> None:
     """The real local run: ranks on local-node1 and local-node2, the gate line's 0.905 GB/s at 8388608 B."""
     status, text = two_node_verdict(PASSED, "COMPLETED", load_profile("local").partitions["cpu"])
     assert status == OK and text == ("2 ranks on local-node1, local-node2, bus bandwidth 0.91 GB/s at 8 MB, no threshold "
-                                     "set ([bandwidth] min_busbw_GBps = 0)")
+                                     "here ([bandwidth] min_busbw_GBps holds the gate's partition only, where set)")
     status, text = two_node_verdict(PASSED, "COMPLETED", load_profile("local").partitions["cpu"], 0.9)
     assert status == OK and text.endswith("0.91 GB/s at 8 MB, at least the gate's 0.9 GB/s ([bandwidth] min_busbw_GBps)")
 
@@ -78,6 +78,8 @@ def test_one_job_per_multi_node_partition_the_students_gate_itself() -> None:
 
     gate = step_config("bandwidth", job_site, {"nodes": 2})         # what two_node_lines submits
     assert (gate.nodes, gate.procs_per_node) == (2, 8)
+    v100 = two_node_profile(SITE, SITE.partitions["v100"])   # not the students' gate's partition: not held to 40 GB/s
+    assert v100.partition_for("bandwidth").key == "v100" and v100.min_busbw_GBps == 0.0
 
 
 def test_nccl_settings_can_differ_per_partition(tmp_path: Path) -> None:

@@ -383,12 +383,18 @@ def multi_node_partitions(profile: Profile) -> list[Partition]:
 
 def two_node_profile(profile: Profile, part: Partition) -> Profile:
     """The students' gate itself on `part` (the bandwidth step: every GPU of 2 nodes, the profile's sizes up to
-    `[bandwidth] max_bytes` and its threshold), within the preflight's time, with NCCL's transport lines."""
+    `[bandwidth] max_bytes`), within the preflight's time, with NCCL's transport lines; its threshold only on the
+    partition the students' gate runs on (`gate_threshold`): another fabric is not held to it."""
     limit = min(PREFLIGHT_TIME_S, time_seconds(part.max_time) if part.max_time else PREFLIGHT_TIME_S)
     steps = {**profile.step_slurm, "bandwidth": {"partition": part.key,
                                                   "time": f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"}}
     env = {**profile.env, "NCCL_DEBUG": "INFO"}          # the transport lines: IB or a fallback to sockets
-    return dataclasses.replace(profile, step_slurm=steps, env=env)
+    return dataclasses.replace(profile, step_slurm=steps, env=env, min_busbw_GBps=gate_threshold(profile, part))
+
+
+def gate_threshold(profile: Profile, part: Partition) -> float:
+    """`[bandwidth] min_busbw_GBps` where the students' gate runs (the bandwidth step's partition), else 0."""
+    return profile.min_busbw_GBps if profile.partition_for("bandwidth").key == part.key else 0.0
 
 
 def two_node_verdict(log_text: str, state: str, part: Partition, threshold: float = 0.0) -> tuple[str, str]:
@@ -428,7 +434,7 @@ def two_node_verdict(log_text: str, state: str, part: Partition, threshold: floa
         return FIX, (f"{figure}, over NCCL's socket transport (NET/Socket), not the fabric. Fix: [nccl] ib_hca (per "
                      f"partition: [nccl.partitions.{part.key}]) to the HCAs `ibv_devinfo -l` lists, or the network plugin")
     against = (f", at least the gate's {threshold:g} GB/s ([bandwidth] min_busbw_GBps)" if threshold else
-               ", no threshold set ([bandwidth] min_busbw_GBps = 0)")
+               ", no threshold here ([bandwidth] min_busbw_GBps holds the gate's partition only, where set)")
     return OK, figure + (f", network {bw.network}" if bw.network else "") + against
 
 
@@ -472,7 +478,7 @@ def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Lin
         except OSError as e:
             lines.append(Line(label, FIX, f"job {job.job_id} {state.value}, no log ({e})"))
             continue
-        status, verdict = two_node_verdict(text, state.value, part, profile.min_busbw_GBps)
+        status, verdict = two_node_verdict(text, state.value, part, gate_threshold(profile, part))
         lines.append(Line(label, status, f"job {job.job_id}: {verdict}"))
     return lines
 
