@@ -1,6 +1,7 @@
-"""`workshop preflight`'s 2-node job: each multi-node partition gets one, 1 rank a node through the course's own
-rendezvous; its line is ok with a bus-bandwidth figure, or names what failed (the rendezvous port, NCCL's
-interface, a fallback to sockets) and the profile field that fixes it. Read from real logs (tests/fixtures/logs);
+"""`workshop preflight`'s 2-node job: each multi-node partition gets the students' gate itself (every GPU of 2 nodes,
+the course's rendezvous, the profile's sizes and threshold); its line is ok with the bus bandwidth against the
+threshold, or names what failed (the rendezvous port, NCCL's interface, a fallback to sockets, a figure under the
+threshold) and the profile field that fixes it. Read from real logs (tests/fixtures/logs);
 the end-to-end run on the test cluster is tests/slurm/test_preflight_on_cluster.py's."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from workshop.course.checklist import FIX, OK
-from workshop.course.preflight import TWO_NODE_MAX_BYTES, multi_node_partitions, two_node_profile, two_node_verdict
+from workshop.course.preflight import multi_node_partitions, two_node_profile, two_node_verdict
 from workshop.slurm.profiles import load_profile
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"
@@ -21,7 +22,18 @@ A100 = SITE.partitions["a100"]
 def test_a_two_node_run_is_ok_with_its_bus_bandwidth() -> None:
     """The real local run: ranks on local-node1 and local-node2, the gate line's 0.905 GB/s at 8388608 B."""
     status, text = two_node_verdict(PASSED, "COMPLETED", load_profile("local").partitions["cpu"])
-    assert status == OK and text == "2 ranks on local-node1, local-node2, bus bandwidth 0.91 GB/s at 8 MB"
+    assert status == OK and text == ("2 ranks on local-node1, local-node2, bus bandwidth 0.91 GB/s at 8 MB, no threshold "
+                                     "here ([bandwidth] min_busbw_GBps holds the gate's partition only, where set)")
+    status, text = two_node_verdict(PASSED, "COMPLETED", load_profile("local").partitions["cpu"], 0.9)
+    assert status == OK and text.endswith("0.91 GB/s at 8 MB, at least the gate's 0.9 GB/s ([bandwidth] min_busbw_GBps)")
+
+
+def test_a_gate_under_the_profiles_threshold_names_the_fabric_and_the_field() -> None:
+    """The same log against the example site's 40 GB/s (its gate job, failing, is judged the same): 0.91 < 40."""
+    for state in ("COMPLETED", "FAILED"):
+        status, text = two_node_verdict(PASSED, state, A100, SITE.min_busbw_GBps)
+        assert status == FIX and "0.91 GB/s at 8 MB, below the gate's 40 GB/s ([bandwidth] min_busbw_GBps)" in text
+        assert "[nccl] ib_hca" in text
 
 
 def test_a_completed_run_whose_shutdown_warns_of_the_rendezvous_is_ok() -> None:
@@ -30,7 +42,7 @@ def test_a_completed_run_whose_shutdown_warns_of_the_rendezvous_is_ok() -> None:
     log = (LOGS / "preflight_2nodes_cluster_shutdown_warning.out").read_text()
     assert "RendezvousConnectionError" in log and "# PASSED" in log
     status, text = two_node_verdict(log, "COMPLETED", load_profile("ci").partitions["debug"])
-    assert status == OK and text == "2 ranks on n1, n2, bus bandwidth 0.46 GB/s at 8 MB"
+    assert status == OK and text.startswith("2 ranks on n1, n2, bus bandwidth 0.46 GB/s at 8 MB")
     status, _ = two_node_verdict(log, "FAILED", load_profile("ci").partitions["debug"])
     assert status == FIX                                 # the same log from a job Slurm calls failed is not ok
 
@@ -54,14 +66,20 @@ def test_a_fallback_to_sockets_on_a_gpu_partition_names_ib_hca() -> None:
     assert status == FIX and "NET/Socket" in text and "[nccl] ib_hca" in text and "0.91 GB/s" in text
 
 
-def test_one_job_per_multi_node_partition_small_and_not_judged_by_the_gates_threshold() -> None:
+def test_one_job_per_multi_node_partition_the_students_gate_itself() -> None:
     assert [p.key for p in multi_node_partitions(SITE)] == ["v100", "a100"]
     single = dataclasses.replace(A100, max_nodes=1)
     assert multi_node_partitions(dataclasses.replace(SITE, partitions={"a100": single, "v100": SITE.partitions["v100"]})) \
         == [SITE.partitions["v100"]]
     job_site = two_node_profile(SITE, A100)
-    assert job_site.partition_for("bandwidth").key == "a100" and job_site.min_busbw_GBps == 0.0
-    assert job_site.bandwidth_max_bytes == TWO_NODE_MAX_BYTES and job_site.env["NCCL_DEBUG"] == "INFO"
+    assert job_site.partition_for("bandwidth").key == "a100" and job_site.min_busbw_GBps == 40.0
+    assert job_site.bandwidth_max_bytes == "256M" and job_site.env["NCCL_DEBUG"] == "INFO"
+    from workshop.slurm.steps import step_config
+
+    gate = step_config("bandwidth", job_site, {"nodes": 2})         # what two_node_lines submits
+    assert (gate.nodes, gate.procs_per_node) == (2, 8)
+    v100 = two_node_profile(SITE, SITE.partitions["v100"])   # not the students' gate's partition: not held to 40 GB/s
+    assert v100.partition_for("bandwidth").key == "v100" and v100.min_busbw_GBps == 0.0
 
 
 def test_nccl_settings_can_differ_per_partition(tmp_path: Path) -> None:

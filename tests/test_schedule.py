@@ -8,10 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.schedule import SimJob, class_jobs, job_duration, plan_day, simulate
+from workshop.course.schedule import (Day, NotebookDay, SimJob, class_jobs, day_timeline, job_duration, plan_day,
+                                      reading_s, simulate)
 from workshop.slurm.profiles import PROFILES_DIR, ProfileError, load_profile, time_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
+SITE = load_profile("example-hpc")
 TWO_NODES = {"p": (2, 4)}          # 2 nodes x 4 GPUs
 
 
@@ -62,12 +64,82 @@ def test_a_students_next_cell_waits_for_the_last_job_of_the_one_before() -> None
     assert {p.job.name: p.submit_s for p in placed} == {"X": 0, "Z": 0, "Y": 6}
 
 
+def test_students_submit_after_reading_in_order_of_their_reading() -> None:
+    """One node of 4 GPUs. Student 0 submits R (4 GPUs, 6 s) at 5; student 1 submits S (4 GPUs, 2 s) at 3. Nothing
+    runs before 3: S runs 3-5; R, submitted at 5, finds the node free at 5 and runs 5-11. Waits 0 and 0; had both
+    been submitted at 0 (the old model), R would have run 0-6 and S waited 6."""
+    queue = [SimJob("R", "p", 1, 4, 6, 6, student=0, release_s=5), SimJob("S", "p", 1, 4, 2, 2, student=1, release_s=3)]
+    assert by_name(simulate(queue, {"p": (1, 4)})) == {"S": (3, 5, 0), "R": (5, 11, 0)}
+
+
+def test_reading_time_spreads_the_class_over_the_profiles_minutes() -> None:
+    """reading_min = [5, 15], a class of 3: the students start at 5, 10 and 15 minutes; a class of 1 at 5."""
+    assert [reading_s(SITE, s, 3) for s in range(3)] == [300.0, 600.0, 900.0]
+    assert reading_s(SITE, 0, 1) == 300.0 and SITE.reading_min == (5, 15)
+
+
+def test_jobs_still_running_at_a_slots_end_carry_over_into_the_next() -> None:
+    """One node of 4 GPUs, no reading time. Notebook A (slot 10 min): one whole-node job of 15 min, 0-15 min.
+    Notebook B starts at 10 min: its whole-node job of 5 min waits for A's until 15 and runs 15-20. A: makespan 15,
+    1 job carried over; B: makespan 20 - 10 = 10 min, longest wait 5 min."""
+    import dataclasses
+
+    profile = dataclasses.replace(SITE, agenda={"A": 10, "B": 30}, reading_min=(0, 0))
+    built = {"A": [SimJob("a", "p", 1, 4, 900, 900, notebook="A")], "B": [SimJob("b", "p", 1, 4, 300, 300, notebook="B")]}
+    a, b = day_timeline(profile, ["A", "B"], built, 1, {"p": (1, 4)}, backfill=True)
+    assert (a.makespan_s, a.longest_wait_s, a.carried) == (900, 0, 1)
+    assert (b.makespan_s, b.longest_wait_s, b.carried) == (600, 300, 0)
+
+
+def test_a_slot_filled_to_90_percent_warns_with_the_field_and_its_value() -> None:
+    """54 of 60 minutes is 90 %: a warning that names agenda.<notebook> and the minutes that bring it under 90 %
+    (54 / 0.9 = 60, so 60 or more); 53.9 minutes is under 90 %: none."""
+    import dataclasses
+
+    def warned(minutes: float) -> list[str]:
+        nb = NotebookDay("02_fsdp_single_gpu", 60, 100, minutes * 60, 0.0)
+        return Day(20, True, [nb], [nb], {}, set(), []).warnings(dataclasses.replace(SITE, instructor_jobs=""))
+
+    [line] = warned(54)
+    assert line.startswith("warning: 02_fsdp_single_gpu: the class's jobs end 54 min into its 60-min slot (90%, at least")
+    assert "agenda.02_fsdp_single_gpu = 60 or more" in line
+    assert warned(53.9) == [] and "more than it" in warned(61)[0]
+
+
+def test_other_users_nodes_are_not_the_class_s(tmp_path: Path) -> None:
+    """[agenda] background_nodes = { v100 = 2 }: the class shares 2 of the 4 V100 nodes; 02's 100 one-GPU jobs then
+    queue on 8 GPUs, not 16, and end later. Holding all 4 nodes, or a partition that does not exist, names the field."""
+    from workshop.course.schedule import partition_sizes
+
+    text = (PROFILES_DIR / "example-hpc.toml").read_text()
+    site = tmp_path / "site.toml"
+    site.write_text(text.replace("reading_min = [5, 15]", "reading_min = [5, 15]\nbackground_nodes = { v100 = 2 }"))
+    shared = load_profile(site)
+    assert partition_sizes(shared, ["v100", "a100"], ask_slurm=False)[0] == {"v100": (2, 4), "a100": (8, 8)}
+    alone = {nb.notebook: nb.makespan_s for nb in plan_day(SITE, 20, ask_slurm=False).instructor}
+    beside = {nb.notebook: nb.makespan_s for nb in plan_day(shared, 20, ask_slurm=False).instructor}
+    assert beside["02_fsdp_single_gpu"] > alone["02_fsdp_single_gpu"] and beside["04_multi_gpu"] == alone["04_multi_gpu"]
+    for bad in ("{ v100 = 4 }", "{ h100 = 1 }"):
+        site.write_text(text.replace("reading_min = [5, 15]", f"reading_min = [5, 15]\nbackground_nodes = {bad}"))
+        with pytest.raises(ProfileError, match="agenda.background_nodes"):
+            load_profile(site)
+
+
+def test_a_per_user_cap_holds_a_cells_jobs_back_until_one_ends() -> None:
+    """jobs_per_user = 2, one student's cell of A (1 GPU, 4 s), B (1 GPU, 6 s), C (1 GPU, 2 s) on a node of 4 GPUs:
+    A and B are submitted at 0; C only when A ends, at 4, and runs 4-6. Without the cap all three start at 0.
+    The next cell, D (1 GPU, 1 s), is submitted when the last of them ends, at 6."""
+    cell = [SimJob(n, "p", 1, 1, d, d) for n, d in (("A", 4), ("B", 6), ("C", 2))] + [SimJob("D", "p", 1, 1, 1, 1, wave=1)]
+    capped = simulate(cell, {"p": (1, 4)}, cap=2)
+    assert by_name(capped) == {"A": (0, 4, 0), "B": (0, 6, 0), "C": (4, 6, 0), "D": (6, 7, 0)}
+    assert by_name(simulate(cell, {"p": (1, 4)}))["C"] == (0, 2, 0)
+
+
 def test_a_job_larger_than_its_partition_is_refused() -> None:
     with pytest.raises(ValueError, match="never start"):
         simulate([job("big", 3, 4, 1)], TWO_NODES)
 
 
-SITE = load_profile("example-hpc")
 
 
 def test_the_example_site_ships_a_day_that_fits_its_agenda() -> None:
@@ -155,7 +227,8 @@ def test_the_guides_day_command_prints_the_guides_schedule() -> None:
     from tests.test_docs_commands import fenced, line_with, sh
     from workshop.course.schedule import markdown
 
-    line = line_with(fenced(ROOT / "docs" / "instructor.md", "## The day"), "workshop budget")
+    lines = [ln for ln in fenced(ROOT / "docs" / "instructor.md", "## The day") if "--replay" not in ln]
+    line = line_with(lines, "workshop budget")
     assert line == "workshop budget --profile example-hpc --students 20"
     proc = sh(line, ROOT)
     assert proc.returncode == 0, proc.stderr

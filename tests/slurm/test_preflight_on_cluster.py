@@ -54,8 +54,13 @@ def test_the_guides_preflight_runs_end_to_end_on_the_test_cluster(cluster, here:
         assert status == "no GPU" and "no GPU on this partition" in text, (check, text)
     assert table["debug: offline load: model"][0] == "ok" and table["debug: offline load: dataset"][0] == "ok"
     assert table["debug: disk jobs"][0] == "ok" and table["debug: disk jobs"][1].startswith(f"{here / 'preflight-jobs'}: ")
-    status, text = table["debug: 2 nodes"]         # the 2-node job: one rank on each node, gloo, the course's rendezvous
-    assert status == "ok" and re.fullmatch(r"job \d+: 2 ranks on n1, n2, bus bandwidth [\d.]+ GB/s at 8 MB", text), text
+    status, text = table["debug: 2 nodes"]         # the students' gate: every (fake) GPU of both nodes, gloo, up to 1M: 0.5 MB (x4 sizes)
+    assert status == "ok" and re.fullmatch(r"job \d+: 4 ranks on n1, n2, bus bandwidth [\d.]+ GB/s at 0.5 MB, no threshold "
+                                           r"here \(\[bandwidth\] min_busbw_GBps holds the gate's partition only, where set\)",
+                                           text), text
+    status, text = table["sessions can submit"]    # a job on the session partition ran sbatch --wait of another
+    assert status == "ok" and "with sbatch --wait" in text, text
+    assert table["limits"][0] == "-" and table["limits: 03_sharding_strategies"][0] == "ok"
     assert "nothing to fix" in proc.stdout
 
 

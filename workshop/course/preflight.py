@@ -5,17 +5,20 @@ before the class.
 
 First what Slurm says of the profile (sinfo, sacctmgr, scontrol): every partition exists and is up, has
 the GPUs, cores, memory and time limit the profile counts on; the account is the user's; the QOS and the
-reservation exist (and the reservation is not over). Then one short 1-GPU job per GPU partition
+reservation exist (and the reservation is not over); the user's association and QOS limits against each
+notebook's largest cell (workshop.course.limits). Then one short 1-GPU job per GPU partition
 (`workshop.slurm.node_check`, rendered from the course's own batch script, so the site's setup, caches
 and NCCL variables are the jobs' own): torch and CUDA versions, the wheel's CUDA architectures against the
 GPU's compute capability (does it carry sm_70 for a V100?), bf16 against the precision the profile asks
 there, a NCCL init, an offline load of the model and the data from `hf_home`, and the free disk where jobs
 write. One table, one line per check: ok, the fix, or "no GPU on this partition" where a partition's GPUs
 are Slurm's bookkeeping only (the repo's test cluster): that is not ok, and not a fix either. Then one
-2-node job per multi-node partition (the bandwidth step, 1 rank a node, through the course's rendezvous,
-slurm/templates/rendezvous.sh): its line is ok with a small bus-bandwidth figure, or names the failure
-(the rendezvous port, NCCL's interface, a fallback to sockets) and the profile field that fixes it.
-Exit 1 when a line needs a fix.
+2-node job per multi-node partition: the students' bandwidth gate itself (every GPU of 2 nodes, the course's
+rendezvous, slurm/templates/rendezvous.sh, its sizes up to [bandwidth] max_bytes): its line is ok with the
+bus bandwidth against [bandwidth] min_busbw_GBps, or names the failure (the rendezvous port, NCCL's
+interface, a fallback to sockets, a figure under the threshold) and the profile field that fixes it.
+A job on the session partition runs `sbatch --wait` of another (workshop.course.submit_check): a
+session that cannot submit is found here, not in class. Exit 1 when a line needs a fix.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from workshop.course.checklist import FIX, INFO, NO_GPU, NO_GPU_TEXT, OK, Line, exit_code, table
+from workshop.course.limits import limit_lines
+from workshop.course.submit_check import submit_from_job_line
 from workshop.course.prefetch import report_lines
 from workshop.training.config import ConfigError
 from workshop.slurm.profiles import Partition, Profile, ProfileError, load_profile, mem_mb, time_seconds
@@ -369,9 +374,6 @@ def job_lines(profile: Profile, jobs_dir: Path, timeout: float, min_free_gb: flo
 
 # ------------------------------------------------------------------------------ two nodes, as a student's gate
 
-TWO_NODE_MAX_BYTES = "8M"       # a small sweep (sizes x4 from 8 B up to 8 MB): a bus-bandwidth figure, not the gate's 256 MB
-
-
 def multi_node_partitions(profile: Profile) -> list[Partition]:
     """The partitions a 2-node job may run on: GPU partitions (the default one on a CPU profile) whose jobs may
     span 2 nodes (max_nodes 0 = no limit known) and that have 2 (nodes 0 = not counted)."""
@@ -380,18 +382,24 @@ def multi_node_partitions(profile: Profile) -> list[Partition]:
 
 
 def two_node_profile(profile: Profile, part: Partition) -> Profile:
-    """The bandwidth step on `part`, small (TWO_NODE_MAX_BYTES), short, and judged by nothing but its own
-    correctness: the gate's threshold (`[bandwidth] min_busbw_GBps`) is the students' job's, on whole nodes."""
+    """The students' gate itself on `part` (the bandwidth step: every GPU of 2 nodes, the profile's sizes up to
+    `[bandwidth] max_bytes`), within the preflight's time, with NCCL's transport lines; its threshold only on the
+    partition the students' gate runs on (`gate_threshold`): another fabric is not held to it."""
     limit = min(PREFLIGHT_TIME_S, time_seconds(part.max_time) if part.max_time else PREFLIGHT_TIME_S)
     steps = {**profile.step_slurm, "bandwidth": {"partition": part.key,
                                                   "time": f"{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"}}
     env = {**profile.env, "NCCL_DEBUG": "INFO"}          # the transport lines: IB or a fallback to sockets
-    return dataclasses.replace(profile, step_slurm=steps, min_busbw_GBps=0.0, bandwidth_max_bytes=TWO_NODE_MAX_BYTES,
-                               env=env)
+    return dataclasses.replace(profile, step_slurm=steps, env=env, min_busbw_GBps=gate_threshold(profile, part))
 
 
-def two_node_verdict(log_text: str, state: str, part: Partition) -> tuple[str, str]:
-    """(status, text) of one 2-node job's log: ok with its bus bandwidth, or the failure and the field that fixes it."""
+def gate_threshold(profile: Profile, part: Partition) -> float:
+    """`[bandwidth] min_busbw_GBps` where the students' gate runs (the bandwidth step's partition), else 0."""
+    return profile.min_busbw_GBps if profile.partition_for("bandwidth").key == part.key else 0.0
+
+
+def two_node_verdict(log_text: str, state: str, part: Partition, threshold: float = 0.0) -> tuple[str, str]:
+    """(status, text) of one 2-node gate's log: ok with its bus bandwidth against the gate's `threshold` (GB/s),
+    or the failure and the field that fixes it."""
     from workshop.results.diagnose import diagnose
     from workshop.results.logs import load
 
@@ -411,25 +419,36 @@ def two_node_verdict(log_text: str, state: str, part: Partition) -> tuple[str, s
             "nccl_error" in kinds and re.search(r"socket|ifname|interface", log_text, re.I)):
         return FIX, (f"NCCL found no usable interface between the nodes. Fix: [nccl] socket_ifname (per partition: "
                      f"[nccl.partitions.{part.key}]) to the interface `ip -br link` shows on both nodes")
+    if threshold and bw is not None and bw.rows and bw.gate_line_GBps is not None and bw.gate_line_GBps < threshold:
+        return FIX, (f"{_gate_figure(bw)}, below the gate's {threshold:g} GB/s ([bandwidth] min_busbw_GBps): every "
+                     "student's gate would fail here. Fix: the fabric first ([nccl] ib_hca, socket_ifname, the network "
+                     "plugin; `workshop diagnose` on the log), or a threshold this fabric's line rate supports")
     if bw is None or not bw.rows or state != "COMPLETED" or bw.failures:
         why = "; ".join(f.title for f in kinds.values()) or f"the job ended {state} without the all_reduce table"
         return FIX, f"{why}. Fix: read the log (`workshop diagnose`), then [nccl] and the rendezvous as above"
     hosts = sorted(set(bw.hosts))
     if (bw.n_nodes or len(hosts)) < 2:
         return FIX, f"the all_reduce ran on {', '.join(hosts) or 'one node'} only. Fix: the job must span 2 nodes"
-    largest = max(bw.rows, key=lambda r: r.size_bytes)
-    busbw = bw.gate_line_GBps if bw.gate_line_GBps is not None else largest.busbw_GBps
-    figure = (f"{bw.n_ranks or 2} ranks on {', '.join(hosts)}, bus bandwidth {busbw:.2f} GB/s at "
-              f"{largest.size_bytes / 2**20:g} MB")
+    figure = _gate_figure(bw)
     if part.gpus_per_node and bw.network and bw.network.lower().startswith("socket"):
         return FIX, (f"{figure}, over NCCL's socket transport (NET/Socket), not the fabric. Fix: [nccl] ib_hca (per "
                      f"partition: [nccl.partitions.{part.key}]) to the HCAs `ibv_devinfo -l` lists, or the network plugin")
-    return OK, figure + (f", network {bw.network}" if bw.network else "")
+    against = (f", at least the gate's {threshold:g} GB/s ([bandwidth] min_busbw_GBps)" if threshold else
+               ", no threshold here ([bandwidth] min_busbw_GBps holds the gate's partition only, where set)")
+    return OK, figure + (f", network {bw.network}" if bw.network else "") + against
+
+
+def _gate_figure(bw: Any) -> str:
+    """Ranks, hosts and the bus bandwidth at the largest message (the gate line's figure where the log has it)."""
+    largest = max(bw.rows, key=lambda r: r.size_bytes)
+    busbw = bw.gate_line_GBps if bw.gate_line_GBps is not None else largest.busbw_GBps
+    return (f"{bw.n_ranks or 2} ranks on {', '.join(sorted(set(bw.hosts)))}, bus bandwidth {busbw:.2f} GB/s at "
+            f"{largest.size_bytes / 2**20:g} MB")
 
 
 def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Line]:
-    """One 2-node job per multi-node partition, 1 rank a node, through the course's own batch script and
-    rendezvous (the bandwidth step): what a student's gate first meets, checked the week before."""
+    """One 2-node gate per multi-node partition, as a student's notebook 05 submits it (every GPU of both nodes,
+    the course's batch script and rendezvous, its sizes and threshold): checked the week before."""
     from workshop.slurm.jobs import submit
     from workshop.slurm.watch import wait_all
 
@@ -438,7 +457,7 @@ def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Lin
         label = f"{part.name or part.key}: 2 nodes"
         try:
             jobs[part.key] = submit("bandwidth", profile=two_node_profile(profile, part), jobs_dir=jobs_dir,
-                                    overrides={"nodes": 2, "procs_per_node": 1},
+                                    overrides={"nodes": 2},
                                     name=f"workshop-preflight-2nodes-{part.key}", resubmit=True)
         except (ConfigError, RuntimeError, OSError) as e:
             lines.append(Line(label, FIX, f"not submitted: {e}"))
@@ -459,7 +478,7 @@ def two_node_lines(profile: Profile, jobs_dir: Path, timeout: float) -> list[Lin
         except OSError as e:
             lines.append(Line(label, FIX, f"job {job.job_id} {state.value}, no log ({e})"))
             continue
-        status, verdict = two_node_verdict(text, state.value, part)
+        status, verdict = two_node_verdict(text, state.value, part, gate_threshold(profile, part))
         lines.append(Line(label, status, f"job {job.job_id}: {verdict}"))
     return lines
 
@@ -475,12 +494,16 @@ def preflight(profile: Profile, jobs_dir: Path, timeout: float = 900, min_free_g
         lines += partition_lines(profile, found)
         lines.append(account_line(profile, user))
         lines += [x for x in (qos_line(profile),) if x is not None]
+        lines += limit_lines(profile, user, slurm)
         lines.append(reservation_line(profile, user))
         lines.append(session_line(profile, found))
         lines += [x for x in (gate_session_line(profile),) if x is not None]
     else:
         lines.append(Line("slurm", INFO, "backend local: no Slurm to check; the node job runs on this machine"))
-    return lines + job_lines(profile, jobs_dir, timeout, min_free_gb) + two_node_lines(profile, jobs_dir, timeout)
+    lines += job_lines(profile, jobs_dir, timeout, min_free_gb)
+    if profile.backend == "slurm":
+        lines.append(submit_from_job_line(profile, jobs_dir, timeout))
+    return lines + two_node_lines(profile, jobs_dir, timeout)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,8 +27,10 @@ course has measured them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -74,6 +76,7 @@ class SimJob:
     student: int = 0
     wave: int = 0               # submitted when the student's previous wave has ended
     notebook: str = ""
+    release_s: float = 0.0      # when the student submits the first wave (their slot's start plus reading time)
 
 
 @dataclass(frozen=True)
@@ -95,17 +98,14 @@ def _fit(free: list[int], nodes: int, per_node: int) -> tuple[int, ...] | None:
     return chosen if len(chosen) == nodes else None
 
 
-def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], backfill: bool = True) -> list[Placed]:
+def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], backfill: bool = True,
+             cap: int = 0) -> list[Placed]:
     """Play the queue out. `partitions`: name -> (nodes, GPUs per node). Jobs are given in priority order
-    within a moment; a student's wave w + 1 is submitted when the last job of its wave w ends."""
+    within a moment; a student's first wave is submitted at its `release_s`, wave w + 1 when the last job of
+    wave w ends; with `cap` (`[slurm] jobs_per_user`, as lab.run_all), a student has at most `cap` jobs
+    submitted and unfinished, the next one submitted as one ends."""
     jobs = list(jobs)
-    for j in jobs:
-        if j.partition not in partitions:
-            raise ValueError(f"job {j.name!r}: no partition {j.partition!r}")
-        count, gpn = partitions[j.partition]
-        if j.nodes > count or j.gpus_per_node > gpn or j.nodes < 1 or j.gpus_per_node < 0:
-            raise ValueError(f"job {j.name!r} asks for {j.nodes} x {j.gpus_per_node} GPUs; partition "
-                             f"{j.partition!r} has {count} x {gpn}: it would never start")
+    _check_sizes(jobs, partitions)
     waves: dict[tuple[int, int], list[SimJob]] = {}
     for j in jobs:
         waves.setdefault((j.student, j.wave), []).append(j)
@@ -121,38 +121,32 @@ def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], 
     left = {k: len(v) for k, v in waves.items()}
     order = 0
 
-    def release(student: int, wave: int, t: float) -> None:
+    queued: dict[int, list[SimJob]] = {s: [] for s in by_student}     # released, held back by the cap
+    out = {s: 0 for s in by_student}                                  # submitted and not ended
+
+    def feed(student: int, t: float) -> None:
         nonlocal order
-        for j in waves[(student, wave)]:
-            pending.append((t, order, j))
+        while queued[student] and (not cap or out[student] < cap):
+            pending.append((t, order, queued[student].pop(0)))
+            out[student] += 1
             order += 1
 
-    for s in sorted(by_student):
-        release(s, by_student[s][0], 0.0)
+    def release(student: int, wave: int, t: float) -> None:
+        queued[student] += waves[(student, wave)]
+        feed(student, t)
+
+    for s in sorted(by_student, key=lambda s: (min(j.release_s for j in waves[(s, by_student[s][0])]), s)):
+        first = by_student[s][0]
+        release(s, first, min(j.release_s for j in waves[(s, first)]))
     t = 0.0
     while pending or running:
-        # one scheduling pass at time t, partition by partition, in submission order
         pending.sort(key=lambda x: (x[0], x[1]))
         for part in partitions:
-            blocked_at: float | None = None       # backfill's shadow time: when the first blocked job may start
-            for entry in [e for e in pending if e[2].partition == part]:
-                submit, o, j = entry
-                where = _fit(free[part], j.nodes, j.gpus_per_node)
-                if blocked_at is not None and (where is None or t + j.limit_s > blocked_at + 1e-9):
-                    continue
-                if where is None:
-                    if not backfill:
-                        break
-                    blocked_at = _shadow(free[part], [p for p, _ in running if p.job.partition == part], j, t)
-                    continue
-                for i in where:
-                    free[part][i] -= j.gpus_per_node
-                placed = Placed(j, submit, t, t + min(j.duration_s, j.limit_s), where)
-                running.append((placed, o))
-                pending.remove(entry)
-        if not running:
+            _pass(t, part, free[part], pending, running, backfill)
+        later = [e[0] for e in pending if e[0] > t + 1e-9]
+        if not running and not later:
             raise ValueError("jobs are pending that nothing running will ever make room for")
-        t = min(p.end_s for p, _ in running)
+        t = min([p.end_s for p, _ in running] + later)
         for p, o in [r for r in running if r[0].end_s <= t + 1e-9]:
             running.remove((p, o))
             done.append(p)
@@ -160,11 +154,45 @@ def simulate(jobs: Iterable[SimJob], partitions: Mapping[str, tuple[int, int]], 
                 free[p.job.partition][i] += p.job.gpus_per_node
             key = (p.job.student, p.job.wave)
             left[key] -= 1
-            if left[key] == 0:
-                later = [w for w in by_student[p.job.student] if w > p.job.wave]
-                if later:
-                    release(p.job.student, later[0], t)
+            out[p.job.student] -= 1
+            nxt = [w for w in by_student[p.job.student] if w > p.job.wave]
+            if left[key] == 0 and nxt:
+                release(p.job.student, nxt[0], t)
+            else:
+                feed(p.job.student, t)
     return done
+
+
+def _check_sizes(jobs: list[SimJob], partitions: Mapping[str, tuple[int, int]]) -> None:
+    """A job that its partition can never hold is an error, not an endless wait."""
+    for j in jobs:
+        if j.partition not in partitions:
+            raise ValueError(f"job {j.name!r}: no partition {j.partition!r}")
+        count, gpn = partitions[j.partition]
+        if j.nodes > count or j.gpus_per_node > gpn or j.nodes < 1 or j.gpus_per_node < 0:
+            raise ValueError(f"job {j.name!r} asks for {j.nodes} x {j.gpus_per_node} GPUs; partition "
+                             f"{j.partition!r} has {count} x {gpn}: it would never start")
+
+
+def _pass(t: float, part: str, free: list[int], pending: list[tuple[float, int, SimJob]],
+          running: list[tuple[Placed, int]], backfill: bool) -> None:
+    """One scheduling pass at time t over one partition's submitted jobs, in submission order (FIFO, with
+    EASY backfill behind the first blocked job when `backfill`)."""
+    blocked_at: float | None = None       # backfill's shadow time: when the first blocked job may start
+    for entry in [e for e in pending if e[2].partition == part and e[0] <= t + 1e-9]:
+        submit, o, j = entry
+        where = _fit(free, j.nodes, j.gpus_per_node)
+        if blocked_at is not None and (where is None or t + j.limit_s > blocked_at + 1e-9):
+            continue
+        if where is None:
+            if not backfill:
+                break
+            blocked_at = _shadow(free, [p for p, _ in running if p.job.partition == part], j, t)
+            continue
+        for i in where:
+            free[i] -= j.gpus_per_node
+        running.append((Placed(j, submit, t, t + min(j.duration_s, j.limit_s), where), o))
+        pending.remove(entry)
 
 
 def _shadow(free: list[int], running: list[Placed], head: SimJob, now: float) -> float:
@@ -243,7 +271,8 @@ def sinfo_nodes(name: str, timeout: float = 5.0) -> int | None:
 
 
 def partition_sizes(profile: Profile, keys: Iterable[str], ask_slurm: bool = True) -> tuple[dict[str, tuple[int, int]], list[str]]:
-    """(nodes, GPUs per node) of each partition the jobs use, and notes where Slurm says otherwise."""
+    """(nodes, GPUs per node) of each partition the jobs use, less the nodes other users hold ([agenda]
+    background_nodes), and notes where Slurm says otherwise."""
     sizes, notes = {}, []
     for key in keys:
         part = profile.partitions[key]
@@ -251,8 +280,8 @@ def partition_sizes(profile: Profile, keys: Iterable[str], ask_slurm: bool = Tru
         if told is not None and part.nodes and told != part.nodes:
             notes.append(f"warning: partition {part.name!r}: sinfo counts {told} nodes, the profile {part.nodes} "
                          f"(slurm.partitions.{key}.nodes): the schedule uses the profile's; correct it")
-        nodes = part.nodes or told or 0
-        if not nodes:
+        nodes = (part.nodes or told or 0) - profile.background_nodes.get(key, 0)
+        if nodes <= 0:
             raise ProfileError(profile.source, f"slurm.partitions.{key}.nodes", "is not set and Slurm does not "
                                "answer, so the schedule cannot know how many nodes the class shares",
                                f"write nodes = N, N from `sinfo -h -p {part.name or '<partition>'} -o %D`")
@@ -298,21 +327,28 @@ class NotebookDay:
     notebook: str
     slot_min: int | None
     jobs: int
-    makespan_s: float
+    makespan_s: float           # from the slot's start (reading time included) to the class's last job's end
     longest_wait_s: float
     partition_busy_s: dict[str, float] = field(default_factory=dict)
     partition_gpu_s: dict[str, float] = field(default_factory=dict)
+    carried: int = 0            # of its jobs, those that end after its slot: they hold nodes in the next one
 
 
-def notebook_day(placed: list[Placed], notebook: str, slot_min: int | None) -> NotebookDay:
-    day = NotebookDay(notebook, slot_min, len(placed), max((p.end_s for p in placed), default=0.0),
-                      max((p.wait_s for p in placed), default=0.0))
+def notebook_day(placed: list[Placed], notebook: str, slot_min: int | None, start_s: float = 0.0) -> NotebookDay:
+    """One notebook's figures, timed from its slot's start."""
+    end = max((p.end_s for p in placed), default=start_s)
+    day = NotebookDay(notebook, slot_min, len(placed), end - start_s, max((p.wait_s for p in placed), default=0.0))
     for p in placed:
         part = p.job.partition
-        day.partition_busy_s[part] = max(day.partition_busy_s.get(part, 0.0), p.end_s)
+        day.partition_busy_s[part] = max(day.partition_busy_s.get(part, 0.0), p.end_s - start_s)
         day.partition_gpu_s[part] = day.partition_gpu_s.get(part, 0.0) + \
             (p.end_s - p.start_s) * p.job.nodes * p.job.gpus_per_node
+    if slot_min is not None:
+        day.carried = sum(p.end_s > start_s + slot_min * 60 + 1e-9 for p in placed)
     return day
+
+
+WARN_SHARE = 0.9                # a slot filled to 90 % leaves a late student or one rerun no room
 
 
 @dataclass
@@ -324,21 +360,66 @@ class Day:
     partitions: dict[str, tuple[int, int]]
     sources: set[str]
     notes: list[str]
+    reading_min: tuple[int, int] = (0, 0)
+    background: Mapping[str, int] = field(default_factory=dict)    # [agenda] background_nodes
 
     def in_effect(self, profile: Profile) -> list[NotebookDay]:
         """The mode the profile runs the class in: instructor-run where it names a folder."""
         return self.instructor if profile.instructor_jobs else self.plain
 
     def warnings(self, profile: Profile) -> list[str]:
+        """A line for each notebook whose class fills at least WARN_SHARE of its slot, naming the field to change."""
         out = []
         mode = "instructor-run mode" if profile.instructor_jobs else "without instructor-run mode"
         for nb in self.in_effect(profile):
-            if nb.slot_min is not None and nb.makespan_s > nb.slot_min * 60:
-                out.append(f"warning: {nb.notebook}: the class's jobs take {nb.makespan_s / 60:.0f} min ({mode}), "
-                           f"more than its {nb.slot_min}-min slot (agenda.{nb.notebook}). Fix: hand its costly jobs to "
-                           "the instructor ([course] instructor_jobs, instructor_min_gpus, instructor_steps), "
-                           "or give the notebook a longer slot")
+            if nb.slot_min is None or nb.makespan_s < WARN_SHARE * nb.slot_min * 60:
+                continue
+            share = nb.makespan_s / (nb.slot_min * 60)
+            how = "more than" if share > 1 else "at least 90 % of"
+            carried = f"; {nb.carried} job(s) run on into the next slot" if nb.carried else ""
+            out.append(f"warning: {nb.notebook}: the class's jobs end {nb.makespan_s / 60:.0f} min into its "
+                       f"{nb.slot_min}-min slot ({share:.0%}, {how} it, {mode}{carried}). Fix: give the notebook a "
+                       f"longer slot (agenda.{nb.notebook} = {math.ceil(nb.makespan_s / 60 / WARN_SHARE)} or more), or "
+                       "hand its costly jobs to the instructor ([course] instructor_jobs, instructor_min_gpus, "
+                       "instructor_steps)")
         return out
+
+
+def reading_s(profile: Profile, student: int, students: int) -> float:
+    """When student `student` of `students` submits a notebook's first job, from the slot's start: spread evenly
+    over the profile's [agenda] reading_min."""
+    lo, hi = profile.reading_min
+    return 60.0 * (lo + (hi - lo) * (student / (students - 1) if students > 1 else 0.0))
+
+
+def day_jobs(profile: Profile, notebooks: list[str], built: Mapping[str, list[SimJob]], students: int,
+             sizes: Mapping[str, tuple[int, int]], backfill: bool) -> tuple[list[SimJob], dict[str, float]]:
+    """The whole day's jobs and each notebook's slot start: slots follow each other (a notebook without a slot
+    gets the time its jobs take), each student starts a notebook after reading (`release_s`), a student of
+    notebook k is student k * students + s (one queue for the day)."""
+    jobs: list[SimJob] = []
+    starts: dict[str, float] = {}
+    t = 0.0
+    for k, nb in enumerate(notebooks):
+        starts[nb] = t
+        jobs += [dataclasses.replace(j, student=k * students + j.student,
+                                     release_s=t + reading_s(profile, j.student, students)) for j in built[nb]]
+        slot = profile.agenda.get(nb)
+        if slot:
+            t += slot * 60.0
+        else:
+            t = max([t] + [p.end_s for p in simulate(jobs, sizes, backfill, profile.jobs_per_user)
+                           if p.job.notebook == nb])
+    return jobs, starts
+
+
+def day_timeline(profile: Profile, notebooks: list[str], built: Mapping[str, list[SimJob]], students: int,
+                 sizes: Mapping[str, tuple[int, int]], backfill: bool) -> list[NotebookDay]:
+    """The whole day as one queue (day_jobs): jobs still queued or running at a slot's end carry over into the next."""
+    jobs, starts = day_jobs(profile, notebooks, built, students, sizes, backfill)
+    placed = simulate(jobs, sizes, backfill, profile.jobs_per_user)
+    return [notebook_day([p for p in placed if p.job.notebook == nb], nb, profile.agenda.get(nb), starts[nb])
+            for nb in notebooks]
 
 
 def plan_day(profile: Profile, students: int, backfill: bool = True, ask_slurm: bool = True,
@@ -351,21 +432,58 @@ def plan_day(profile: Profile, students: int, backfill: bool = True, ask_slurm: 
     if unknown:
         raise ProfileError(profile.source, f"agenda.{unknown[0]}", "is not a notebook of the course",
                            f"use the notebooks' names: {', '.join(notebooks)}")
-    plain, instructor, sources = [], [], set()
+    sources: set[str] = set()
     used: set[str] = set()
-    built = {}
+    built: dict[bool, dict[str, list[SimJob]]] = {False: {}, True: {}}
     for nb in notebooks:
         for mode in (False, True):
             jobs, src = class_jobs(profile, nb, students, mode, results_dir)
             sources |= src
             used |= {j.partition for j in jobs}
-            built[(nb, mode)] = jobs
+            built[mode][nb] = jobs
     sizes, notes = partition_sizes(profile, sorted(used), ask_slurm)
-    for nb in notebooks:
-        for mode, out in ((False, plain), (True, instructor)):
-            placed = simulate(built[(nb, mode)], sizes, backfill)
-            out.append(notebook_day(placed, nb, profile.agenda.get(nb)))
-    return Day(students, backfill, plain, instructor, sizes, sources, notes)
+    plain, instructor = (day_timeline(profile, notebooks, built[mode], students, sizes, backfill) for mode in (False, True))
+    return Day(students, backfill, plain, instructor, sizes, sources, notes, profile.reading_min, profile.background_nodes)
+
+
+def replay_day(profile: Profile, students: int, port: int, scale: float, backfill: bool = True) -> str:
+    """`--replay`: the day in the profile's mode on a throwaway Slurm (workshop.course.replay), beside the model."""
+    import tempfile
+    import time
+
+    from workshop.course import replay
+    from workshop.course.budget import notebook_runs
+
+    if os.geteuid() != 0:
+        raise ValueError("--replay starts Slurm daemons and submits as student users: run it as root")
+    notebooks = list(notebook_runs(profile))
+    mode = bool(profile.instructor_jobs)
+    built = {nb: class_jobs(profile, nb, students, mode)[0] for nb in notebooks}
+    sizes, _ = partition_sizes(profile, sorted({j.partition for js in built.values() for j in js}), ask_slurm=False)
+    jobs, starts = day_jobs(profile, notebooks, built, students, sizes, backfill)
+    model = day_timeline(profile, notebooks, built, students, sizes, backfill)
+    users = replay.student_users(students, ("bg",))
+    whole = {k: (n + profile.background_nodes.get(k, 0), g) for k, (n, g) in sizes.items()}
+    folder = Path(tempfile.mkdtemp(prefix="workshop-replay-"))
+    cluster = replay.Cluster(folder, port, replay.shape(profile, whole))
+    day_s = max(starts.values()) + max(profile.agenda.values(), default=60) * 60
+    try:
+        cluster.up()
+        t0 = time.monotonic()
+        replay.hold_background(cluster, profile, users.pop())
+        ran = replay.drive(cluster, jobs, users, profile, scale, timeout_s=3 * day_s / 60 * scale + 300)
+        took = time.monotonic() - t0
+    finally:
+        cluster.down()
+    shutil.rmtree(folder, ignore_errors=True)        # kept, with its logs, where the replay failed
+    how = "instructor-run mode" if mode else "without instructor-run mode"
+    replayed = replay.replay_days(ran, notebooks, starts)
+    seen = [dataclasses.replace(nb, makespan_s=replayed[nb.notebook][0], longest_wait_s=replayed[nb.notebook][1])
+            for nb in model]          # the replay's figures, warned about as the model's are
+    warned = Day(students, backfill, seen, seen, sizes, set(), []).warnings(profile)
+    return (f"The day replayed on Slurm ({len(cluster.nodes)} nodes, {len(ran)} jobs of {students} student users, "
+            f"{how}, {scale:g} s per minute, {took:.0f} s):\n\n" + replay.comparison(model, replayed) +
+            "".join(f"\n{w.replace('warning: ', 'warning (replay): ', 1)}" for w in warned))
 
 
 def _m(seconds: float) -> str:
@@ -375,13 +493,14 @@ def _m(seconds: float) -> str:
 def markdown(day: Day, profile: Profile) -> str:
     """The schedule's two tables: per notebook, and per partition."""
     n = day.students
-    lines = [f"| notebook | slot (min) | jobs, class of {n} | makespan (min) | longest wait (min) | "
-             "jobs, instructor-run | makespan, instructor-run (min) | longest wait, instructor-run (min) |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [f"| notebook | slot (min) | jobs, class of {n} | makespan (min) | longest wait (min) | carried over | "
+             "jobs, instructor-run | makespan, instructor-run (min) | longest wait, instructor-run (min) | "
+             "carried over, instructor-run |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for a, b in zip(day.plain, day.instructor):
         slot = "" if a.slot_min is None else str(a.slot_min)
-        lines.append(f"| {a.notebook} | {slot} | {a.jobs} | {_m(a.makespan_s)} | {_m(a.longest_wait_s)} | "
-                     f"{b.jobs} | {_m(b.makespan_s)} | {_m(b.longest_wait_s)} |")
+        lines.append(f"| {a.notebook} | {slot} | {a.jobs} | {_m(a.makespan_s)} | {_m(a.longest_wait_s)} | {a.carried} | "
+                     f"{b.jobs} | {_m(b.makespan_s)} | {_m(b.longest_wait_s)} | {b.carried} |")
     lines += ["", "| partition | nodes x GPUs | GPU-h used | hours held | GPU-h used, instructor-run | "
               "hours held, instructor-run |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for key, (nodes, gpn) in day.partitions.items():
@@ -399,13 +518,18 @@ def describe(day: Day) -> str:
     how = (f"measured in benchmarks/results/{', '.join(measured)}" if measured else
            f"predicted from the model ({PLANNING_MFU:.0%} of the GPU's data-sheet peak, {START_UP_S:.0f} s start-up; "
            "no GPU result under benchmarks/results/)")
-    return (f"durations {how}; {'backfill' if day.backfill else 'strict FIFO'}; every student starts each notebook "
-            "at once; instructor-run: the costly jobs were run before the class")
+    lo, hi = day.reading_min
+    return (f"durations {how}; {'backfill' if day.backfill else 'strict FIFO'}; slots follow each other, each student "
+            f"starts a notebook after {lo}-{hi} min of reading ([agenda] reading_min), jobs not ended by a slot's end "
+            "carry over into the next; makespan counts from the slot's start; instructor-run: the costly jobs were run "
+            "before the class" + "".join(f"; other users hold {n} node(s) of {k} ([agenda] background_nodes)"
+                                          for k, n in day.background.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
     """`workshop budget`: the budget's tables (workshop.course.budget), then the day's schedule and its warnings."""
     from workshop.course import budget
+    from workshop.course.replay import REPLAY_PORT
     from workshop.training.config import ConfigError
 
     ap = argparse.ArgumentParser(prog="workshop budget", description=__doc__.split("\n\n")[0])
@@ -416,6 +540,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-backfill", action="store_true",
                     help="schedule the day as a strict FIFO queue (default: Slurm's backfill)")
     ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
+    ap.add_argument("--replay", action="store_true", help="then replay the day on a throwaway Slurm on this machine "
+                    "(root; minutes) and print its makespans and waits beside the model's")
+    ap.add_argument("--replay-port", type=int, default=REPLAY_PORT, help="the replay's slurmctld port; its nodes take "
+                    f"the port + 100 and up (default {REPLAY_PORT})")
+    ap.add_argument("--replay-scale", type=float, default=float(os.environ.get("WORKSHOP_REPLAY_SCALE", "1")),
+                    help="seconds of replay per minute of the day (default $WORKSHOP_REPLAY_SCALE, else 1)")
     args = ap.parse_args(argv)
     rest = ["--students", str(args.students), "--reruns", str(args.reruns)] + (["--profile", args.profile] if args.profile else [])
     if args.instructor_run:
@@ -436,6 +566,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{describe(day)}")
     for line in day.notes + day.warnings(profile):
         print(line)
+    if args.replay:
+        try:
+            print("\n" + replay_day(profile, args.students, args.replay_port, args.replay_scale, not args.no_backfill))
+        except (RuntimeError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

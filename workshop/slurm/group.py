@@ -61,8 +61,14 @@ Spec = tuple[str, RunConfig | Mapping[str, Any]]
 
 
 def submit_all(specs: Mapping[str, Spec], profile: str | Path | Profile | None = None, *,
-               jobs_dir: str | Path = "jobs", resubmit: bool = False) -> JobGroup:
-    """Submit every (step, config or overrides) of `specs` at once; jobs submitted before are found again."""
+               jobs_dir: str | Path = "jobs", resubmit: bool = False, cap: int | None = None,
+               poll_s: float = 1.0) -> JobGroup:
+    """Submit every (step, config or overrides) of `specs`; jobs submitted before are found again.
+
+    At most `cap` of them (default: the profile's `[slurm] jobs_per_user`, 0 = no cap) are in the queue at
+    once: a site's MaxSubmitJobsPerUser rejects the job over its limit at sbatch, so a cell of six jobs
+    under a QOS of three would lose three. Past the cap, this call returns only when the last job is
+    submitted, each one as an earlier one ends."""
     prof = load_profile(profile)
     ready = {}
     for name, (step, settings) in specs.items():
@@ -70,4 +76,17 @@ def submit_all(specs: Mapping[str, Spec], profile: str | Path | Profile | None =
             ready[name] = prepare(step, settings, prof, resubmit=resubmit, jobs_dir=jobs_dir)
         else:
             ready[name] = prepare(step, None, prof, overrides=settings, resubmit=resubmit, jobs_dir=jobs_dir)
-    return JobGroup({name: sub.submit() for name, sub in ready.items()})
+    limit = prof.jobs_per_user if cap is None else cap
+    return JobGroup(submit_capped(ready, limit, poll_s))
+
+
+def submit_capped(ready: Mapping[str, Any], cap: int, poll_s: float = 1.0) -> dict[str, Job]:
+    """`.submit()` each of `ready` in order, with at most `cap` (0: no cap) of their jobs unfinished at once."""
+    import time
+
+    jobs: dict[str, Job] = {}
+    for name, submission in ready.items():
+        while cap and sum(not job.state().finished for job in jobs.values()) >= cap:
+            time.sleep(poll_s)
+        jobs[name] = submission.submit()
+    return jobs

@@ -85,6 +85,9 @@ class Profile:
     time: str = "00:30:00"
     gpu_request: str = "gpus-per-node"
     signal_lead_s: int = 0                        # > 0: --signal=B:USR1@LEAD (checkpoint before the limit)
+    # [slurm] jobs_per_user: the most jobs of one cell `lab.run_all` keeps in the queue at once (the rest follow as
+    # those end), so a site's MaxSubmitJobsPerUser never rejects a cell's burst; 0 = no cap (all at once)
+    jobs_per_user: int = 0
     step_slurm: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     setup: tuple[str, ...] = ()
     python_env: str = ""                          # "current": activate this interpreter's environment
@@ -110,6 +113,10 @@ class Profile:
     watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
     instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
     agenda: Mapping[str, int] = field(default_factory=dict)   # [agenda]: minutes of the day per notebook (the schedule)
+    reading_min: tuple[int, int] = (5, 15)        # [agenda] reading_min: a student's reading before a notebook's first job
+    # [agenda] background_nodes: {partition key: nodes other users' jobs hold through the class}, the schedule's
+    # and the replay's share of the partition that is not the class's
+    background_nodes: Mapping[str, int] = field(default_factory=dict)
     run: Mapping[str, Any] = field(default_factory=dict)
     run_steps: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     digest: str = ""
@@ -248,10 +255,15 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["time"] = _take(slurm, "time", str, "00:30:00", source, "slurm.")
     kw["gpu_request"] = _take(slurm, "gpu_request", str, "gpus-per-node", source, "slurm.")
     kw["signal_lead_s"] = _take(slurm, "signal_lead_s", int, 0, source, "slurm.")
+    kw["jobs_per_user"] = _take(slurm, "jobs_per_user", int, 0, source, "slurm.")
+    if kw["jobs_per_user"] < 0:
+        raise ProfileError(source, "slurm.jobs_per_user", f"{kw['jobs_per_user']} is negative", "write 0 (no cap) or "
+                           "the jobs a student may have queued at once (the QOS's MaxSubmitJobsPerUser, less one for "
+                           "the JupyterLab session)")
     steps = dict(_take(slurm, "steps", dict, {}, source, "slurm."))
     watch = dict(_take(slurm, "watch", dict, {}, source, "slurm."))
     _no_leftovers(slurm, source, "slurm.", "partition, partitions, account, reservation, constraint, qos, time, "
-                  "gpu_request, signal_lead_s, steps, watch")
+                  "gpu_request, signal_lead_s, jobs_per_user, steps, watch")
     kw["watch_kernels"] = _take(watch, "kernels", int, 0, source, "slurm.watch.")
     kw["watch_sacct_per_s"] = _take(watch, "sacct_per_s", float, 1.0, source, "slurm.watch.")
     _no_leftovers(watch, source, "slurm.watch.", "kernels, sacct_per_s")
@@ -345,7 +357,10 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                            'write e.g. instructor_steps = ["strategies"]')
     kw["instructor_steps"] = tuple(steps_run)
     _no_leftovers(course, source, "course.", "instructor_jobs, instructor_min_gpus, instructor_steps")
-    kw["agenda"] = _parse_agenda(dict(_take(data, "agenda", dict, {}, source, "")), source)
+    agenda = dict(_take(data, "agenda", dict, {}, source, ""))
+    kw["reading_min"] = _parse_reading(agenda.pop("reading_min", READING_MIN), source)
+    kw["background_nodes"] = _parse_background(agenda.pop("background_nodes", {}), partitions, source)
+    kw["agenda"] = _parse_agenda(agenda, source)
     run = dict(_take(data, "run", dict, {}, source, ""))
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
@@ -395,6 +410,34 @@ def session_blocks_gate(profile: Profile, free_nodes: int | None = None) -> tupl
             "student's own session is never whole, so the gate waits (PENDING, Resources) as long as the session lives",
             "give sessions a partition of their own ([ood] partition = a CPU partition's key), or nodes of their own "
             "([ood] reservation), or, where the site allows a gate to share its nodes, set [bandwidth] exclusive = false")
+
+
+# A student reads a notebook's introduction and first cells before its first job: the fastest of the class after 5
+# minutes, the slowest after 15 (a planning assumption, not a measurement; [agenda] reading_min states a site's own).
+READING_MIN = (5, 15)
+
+
+def _parse_reading(value: Any, source: str) -> tuple[int, int]:
+    """[agenda] reading_min = [fastest, slowest]: minutes from a notebook's slot start to a student's first job."""
+    if (not isinstance(value, (list, tuple)) or len(value) != 2 or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                                          for v in value) or not 0 <= value[0] <= value[1]):
+        raise ProfileError(source, "agenda.reading_min", f"{value!r} is not a spread of minutes",
+                           "write the fastest and the slowest student's reading before a notebook's first job, "
+                           "e.g. reading_min = [5, 15]")
+    return int(value[0]), int(value[1])
+
+
+def _parse_background(value: Any, partitions: Mapping[str, Partition], source: str) -> dict[str, int]:
+    """[agenda] background_nodes = { v100 = 1 }: nodes of a partition that other users' jobs hold all day."""
+    fix = "write the nodes other users hold per partition key, fewer than its nodes, e.g. background_nodes = { v100 = 1 }"
+    if not isinstance(value, dict):
+        raise ProfileError(source, "agenda.background_nodes", f"{value!r} is not a table", fix)
+    for key, n in value.items():
+        part = partitions.get(key)
+        if part is None or not isinstance(n, int) or isinstance(n, bool) or n < 0 or (part.nodes and n >= part.nodes):
+            raise ProfileError(source, f"agenda.background_nodes.{key}", f"{n!r} nodes of {key!r} is not a share "
+                               "the class can work beside", fix)
+    return dict(value)
 
 
 def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
