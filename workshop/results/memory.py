@@ -72,6 +72,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from workshop.training.gpus import CUDA_CONTEXT_BYTES
+
 MB = 2**20
 GiB = 2**30
 
@@ -510,9 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The CUDA context (~0.5 GiB a process), which the model leaves out: the explorer and the bench take it off a
-# GPU's memory before asking what fits (workshop.course.explorer's GPUS).
-CUDA_CONTEXT = 0.5 * GiB
+# The CUDA context (~0.5 GiB a process, workshop.training.gpus states its source), which the model leaves out:
+# the explorer and the bench take it off a GPU's memory before asking what fits (workshop.course.explorer's GPUS).
+CUDA_CONTEXT = float(CUDA_CONTEXT_BYTES)
 MAX_MICRO_BATCH = 4096
 
 

@@ -25,6 +25,7 @@ from workshop.training.accelerate_yaml import FILE as ACCELERATE_FILE, to_yaml
 from workshop.training.config import ConfigError, RunConfig, load_config
 from workshop.slurm.profiles import Profile, load_profile, scratch_folder
 from workshop.slurm import local_backend, slurm_backend
+from workshop.slurm.fit import CACHE as DRY_RUN_CACHE, check_gpu_memory
 from workshop.slurm.records import JobRecord, JobState, find_record, now
 from workshop.slurm.render import render, uses_accelerate
 from workshop.slurm.shared import link_shared, shared_job
@@ -260,15 +261,16 @@ def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
 
 def submit(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
            overrides: Mapping[str, Any] | None = None, resubmit: bool = False, resume: bool = False,
-           jobs_dir: str | Path = "jobs", name: str | None = None) -> Job:
+           jobs_dir: str | Path = "jobs", name: str | None = None, force: bool = False) -> Job:
     """Render and submit a course step; returns the existing Job when this exact one was submitted.
 
     `config=None` takes the step's config on this site (step defaults < profile < `overrides`).
     `resubmit` starts the job over (the old run/ is kept as run-<old id>/); `resume` submits it again
     into the same folder, keeping run/, to continue from its latest checkpoint (after a TIMEOUT).
+    `force` submits a job whose dry run does not fit its partition's GPU memory (workshop.slurm.fit).
     """
     return prepare(step, config, profile, overrides=overrides, resubmit=resubmit, resume=resume,
-                   jobs_dir=jobs_dir, name=name).submit()
+                   jobs_dir=jobs_dir, name=name, force=force).submit()
 
 
 class Submission:
@@ -327,9 +329,10 @@ class Submission:
 
 def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
             overrides: Mapping[str, Any] | None = None, resubmit: bool = False, resume: bool = False,
-            jobs_dir: str | Path = "jobs", name: str | None = None) -> Submission:
+            jobs_dir: str | Path = "jobs", name: str | None = None, force: bool = False) -> Submission:
     """Everything `submit` checks and renders, without writing or submitting: a bad config raises here,
-    so a cell's jobs can all be checked before the first one goes (`workshop.slurm.group.submit_all`)."""
+    so a cell's jobs can all be checked before the first one goes (`workshop.slurm.group.submit_all`).
+    A job this user submits must fit its GPUs by its dry run, unless `force` (workshop.slurm.fit)."""
     get_step(step)
     prof = load_profile(profile)
     if config is None:
@@ -344,6 +347,8 @@ def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Pr
                                            "checkpoint_dir": checkpoint_folder(prof, jobs_root, job_dir)})
     linked = job_dir.is_symlink() or not job_dir.exists()
     shared = shared_job(prof, cfg, jobs_root, job_dir.name, step) if linked else None
+    if shared is None and not force:
+        check_gpu_memory(step, cfg, prof, jobs_root / DRY_RUN_CACHE)
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
     return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared)
 

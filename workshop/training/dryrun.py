@@ -309,13 +309,15 @@ def optimizer_step(trainer: Any, batches: list[dict[str, Any]], items: Any, phas
 
 def _step_optimizer(trainer: Any) -> None:
     """The optimizer's step as accelerate runs it, but for fp16's gradient scaler: its step asks whether
-    any gradient overflowed (`.item()`, a host sync a fake tensor cannot answer), so the dry run steps
-    the inner optimizer, which every step the scaler does not skip runs."""
+    any gradient overflowed (`.item()`, a host sync a fake tensor cannot answer), so the dry run steps the
+    inner optimizer, as every step the scaler does not skip does, then updates the scale (no sync there)."""
     optimizer = trainer.optimizer
-    if getattr(trainer.accelerator, "scaler", None) is not None:
-        getattr(optimizer, "optimizer", optimizer).step()
-    else:
+    scaler = getattr(trainer.accelerator, "scaler", None)
+    if scaler is None:
         optimizer.step()
+        return
+    getattr(optimizer, "optimizer", optimizer).step()
+    scaler.update()
 
 
 @contextlib.contextmanager
