@@ -75,27 +75,28 @@ def test_bloom_560m_on_paper_holds_559m_parameters_and_their_adamw_state_sharded
 
 def test_a_job_that_would_not_fit_its_v100s_is_refused_with_the_largest_micro_batch_that_fits(tmp_path):
     """fsdp_1gpu on the example site's 32 GB V100 with 16 x 512 tokens: refused before sbatch, with the figure,
-    the partition's memory and the micro-batch that fits; `force` lets it through; the second try costs nothing."""
+    the partition's memory and the micro-batch that fits, and nothing written; `force` lets it through; the
+    second try costs nothing (cached by the config's hash)."""
+    big = prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": 16}, jobs_dir=tmp_path)
     started = time.monotonic()
     with pytest.raises(ConfigError) as refused:
-        prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": 16}, jobs_dir=tmp_path)
+        big.submit()
     first = time.monotonic() - started
     text = str(refused.value)
     assert "'batch_size'" in text and "gpu_v100" in text and "32 GiB" in text, text
     largest = int(re.search(r"the largest micro-batch that fits is (\d+)", text).group(1))
     assert 1 <= largest < 16, text
     assert f"use batch_size={largest}" in text and "force=True" in text
+    assert not big.job_dir.exists()                     # nothing written, nothing queued
     started = time.monotonic()
     with pytest.raises(ConfigError):
-        prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": 16}, jobs_dir=tmp_path)
+        prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": 16}, jobs_dir=tmp_path).check_fit()
     assert time.monotonic() - started < min(5.0, first / 4), "the second check ran the dry runs again"
-    forced = prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": 16}, jobs_dir=tmp_path, force=True)
-    assert forced.cfg.batch_size == 16
-    fits = prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": largest}, jobs_dir=tmp_path)
-    assert fits.cfg.batch_size == largest
+    prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": 16}, jobs_dir=tmp_path, force=True).check_fit()
+    prepare("fsdp_1gpu", profile="example-hpc", overrides={"batch_size": largest}, jobs_dir=tmp_path).check_fit()
 
 
 def test_a_profile_without_gpu_memory_dry_runs_nothing(tmp_path):
     """The local profile (and any partition without gpu_mem) submits as fast as before: no dry run."""
-    prepare("fsdp_1gpu", profile="local", jobs_dir=tmp_path)
+    prepare("fsdp_1gpu", profile="local", jobs_dir=tmp_path).check_fit()
     assert not (tmp_path / ".dryrun").exists()

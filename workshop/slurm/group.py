@@ -61,13 +61,17 @@ Spec = tuple[str, RunConfig | Mapping[str, Any]]
 
 
 def submit_all(specs: Mapping[str, Spec], profile: str | Path | Profile | None = None, *,
-               jobs_dir: str | Path = "jobs", resubmit: bool = False) -> JobGroup:
-    """Submit every (step, config or overrides) of `specs` at once; jobs submitted before are found again."""
+               jobs_dir: str | Path = "jobs", resubmit: bool = False, force: bool = False) -> JobGroup:
+    """Submit every (step, config or overrides) of `specs` at once; jobs submitted before are found again.
+    Every job is checked (its GPU fit too, unless `force`) before the first one goes."""
     prof = load_profile(profile)
     ready = {}
     for name, (step, settings) in specs.items():
         if isinstance(settings, RunConfig):
-            ready[name] = prepare(step, settings, prof, resubmit=resubmit, jobs_dir=jobs_dir)
+            ready[name] = prepare(step, settings, prof, resubmit=resubmit, jobs_dir=jobs_dir, force=force)
         else:
-            ready[name] = prepare(step, None, prof, overrides=settings, resubmit=resubmit, jobs_dir=jobs_dir)
+            ready[name] = prepare(step, None, prof, overrides=settings, resubmit=resubmit, jobs_dir=jobs_dir,
+                                  force=force)
+    for sub in ready.values():
+        sub.check_fit()
     return JobGroup({name: sub.submit() for name, sub in ready.items()})

@@ -277,10 +277,23 @@ class Submission:
     """A job ready to go: validated, rendered and placed, nothing written yet (see `prepare`)."""
 
     def __init__(self, step: str, cfg: RunConfig, prof: Profile, job_dir: Path, job_name: str, script: str,
-                 resubmit: bool, shared: Path | None = None) -> None:
+                 resubmit: bool, shared: Path | None = None, force: bool = False) -> None:
         self.step, self.cfg, self.prof, self.job_dir = step, cfg, prof, job_dir
         self.job_name, self.script, self.resubmit = job_name, script, resubmit
         self.shared = shared    # instructor-run mode: the instructor's job folder this job stands for
+        self.force = force      # submit even if the job's dry run does not fit its GPUs
+
+    @property
+    def queues_a_job(self) -> bool:
+        """Will `submit` hand a job to the backend (not the instructor's, not one already there)?"""
+        return self.shared is None and (self.resubmit or self.cfg.resume or not (self.job_dir / "job.json").is_file())
+
+    def check_fit(self) -> None:
+        """Before the job reaches the queue: its dry run must fit its partition's GPU memory, unless `force`
+        (workshop.slurm.fit; a partition without `gpu_mem` checks nothing, a job already queued is not
+        checked again). Raises ConfigError on batch_size with the largest micro-batch that fits."""
+        if self.queues_a_job and not self.force:
+            check_gpu_memory(self.step, self.cfg, self.prof, self.job_dir.parent / DRY_RUN_CACHE)
 
     def submit(self) -> Job:
         """Write the job's folder and hand it to the backend (or find the job already there)."""
@@ -288,6 +301,7 @@ class Submission:
         if self.shared is not None:     # this costly job is the instructor's, read here
             link_shared(job_dir, self.shared)
             return Job(JobRecord.load(self.shared))
+        self.check_fit()
         if self.resubmit or cfg.resume or not (job_dir / "job.json").is_file():   # re-running a cell needs no room
             check_writable(job_dir.parent)
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -332,7 +346,7 @@ def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Pr
             jobs_dir: str | Path = "jobs", name: str | None = None, force: bool = False) -> Submission:
     """Everything `submit` checks and renders, without writing or submitting: a bad config raises here,
     so a cell's jobs can all be checked before the first one goes (`workshop.slurm.group.submit_all`).
-    A job this user submits must fit its GPUs by its dry run, unless `force` (workshop.slurm.fit)."""
+    `force` is kept for `Submission.submit`, which checks the job's fit (workshop.slurm.fit)."""
     get_step(step)
     prof = load_profile(profile)
     if config is None:
@@ -347,10 +361,8 @@ def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Pr
                                            "checkpoint_dir": checkpoint_folder(prof, jobs_root, job_dir)})
     linked = job_dir.is_symlink() or not job_dir.exists()
     shared = shared_job(prof, cfg, jobs_root, job_dir.name, step) if linked else None
-    if shared is None and not force:
-        check_gpu_memory(step, cfg, prof, jobs_root / DRY_RUN_CACHE)
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
-    return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared)
+    return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared, force)
 
 
 def checkpoint_folder(profile: Profile, jobs_root: Path, job_dir: Path) -> str:
