@@ -19,7 +19,8 @@ workshop.slurm.fit). One rank is simulated, rank 0: FSDP2 pads every shard to th
 so no rank holds more. A CPU rank gathers one block at a time (nothing overlaps), where a GPU
 prefetches the next block: a GPU's params peak holds one block more (memory.blocks_in_flight).
 `loss = answer_only` cannot run on fake tensors (its gather of the answer positions has a
-data-dependent shape) and is refused; fp16's gradient scaler skips its inf check (a host sync).
+data-dependent shape), nor can DDP (its C++ reducer waits for a result the fake backend never gives):
+both are refused. fp16's gradient scaler skips its inf check (a host sync).
 """
 
 from __future__ import annotations
@@ -80,6 +81,12 @@ def model_shapes(model: str) -> dict[str, int]:
 
 
 def check_dry_runnable(cfg: RunConfig) -> None:
+    """What fake tensors cannot run, refused with the field and what to do instead."""
+    if cfg.sharding == "ddp":
+        raise ConfigError("sharding", "ddp cannot run on the fake process group: DDP's reducer (C++) waits for its "
+                          "all-reduce's result, which the fake backend never gives",
+                          "dry-run the FSDP strategies or one process (sharding=none); the memory model predicts "
+                          "DDP (workshop estimate), checked against CPU runs")
     if cfg.loss == "answer_only":
         raise ConfigError("loss", "answer_only cannot run on fake tensors: which positions it projects depends on "
                           "the labels' values (a data-dependent shape)",
@@ -166,8 +173,14 @@ def dry_run_trainer(cfg: RunConfig, model: torch.nn.Module) -> Any:
 
     kwargs = {**training_kwargs(cfg, torch.device("cpu"), cfg.world_size),
               "eval_strategy": "no", "save_strategy": "no", "report_to": [], "max_steps": STEPS}
-    trainer = CourseTrainer(model=model, args=TrainingArguments(**kwargs), counter=StepCounter(), loss=cfg.loss)
+    class DryRunTrainer(CourseTrainer):
+        def _move_model_to_device(self, model: torch.nn.Module, device: Any) -> None:
+            """The fake model is on the CPU already (moving a fake tensor swaps it, which a weak reference to
+            it forbids); DDP and one-process jobs are moved here, FSDP ones by accelerate."""
+
+    trainer = DryRunTrainer(model=model, args=TrainingArguments(**kwargs), counter=StepCounter(), loss=cfg.loss)
     trainer.state = TrainerState(max_steps=STEPS)
+    trainer.accelerator.device_placement = False    # (as DryRunTrainer: nothing to move)
     trainer._prepare_for_training(STEPS, None, None)
     if trainer.is_fsdp_enabled:
         # accelerate points the optimizer at the sharded parameters by matching data_ptr(), which fake
