@@ -55,6 +55,19 @@ def workshop(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
+def test_the_instructor_guides_dry_run_line_prints_categories_flops_and_collectives(tmp_path):
+    """docs/instructor.md's `workshop dryrun` line, as written (typed in an empty folder)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "instructor.md").read_text(), flags=re.S)
+    [line] = [ln.strip() for b in blocks for ln in b.splitlines() if ln.strip().startswith("workshop dryrun")]
+    env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for shown in ("fake tensors on the CPU device", "parameters: 559,214,592", "params", "optimizer", "activations",
+                  "peak", "alive at the end of each phase", "FLOPs per optimizer step", "collectives per optimizer step",
+                  "on gpu_v100 (32G per GPU)"):
+        assert shown in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("step, world", [("fsdp_1gpu", 1), ("multi_gpu", 8)])
 def test_bloom_560m_on_paper_holds_559m_parameters_and_their_adamw_state_sharded_over_its_world(tmp_path, step, world):
     """The issue's "done when": the step that trains BLOOM-560M on the example site, its real size, < 60 s here."""

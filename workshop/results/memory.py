@@ -115,6 +115,7 @@ PROFILES: dict[str, Arch] = {
 }
 PROFILES["bloom-560m-random"] = PROFILES["bloom-560m"]
 PROFILES["bigscience/bloom-560m"] = PROFILES["bloom-560m"]
+PROFILES["bloom-7b1-random"] = PROFILES["bigscience/bloom-7b1"] = PROFILES["bloom-7b1"]
 
 SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard")
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
