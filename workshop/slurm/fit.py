@@ -65,8 +65,11 @@ def dry_run(cfg: RunConfig, cache_dir: Path | None) -> dict[str, Any]:
                           "run `python -m workshop.training.dryrun --config <its config.json>` to see why")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(result) + "\n")
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            cached.write_text(json.dumps(result) + "\n")
+        except OSError:   # a folder this user cannot write (an instructor's): the next check runs it again
+            pass
     return result
 
 
@@ -113,9 +116,12 @@ def check_gpu_memory(step: str, cfg: RunConfig, profile: Profile, cache_dir: Pat
 
 def main(argv: list[str] | None = None) -> int:
     """`workshop dryrun STEP --profile P [--set key=value ...] [--json]`."""
-    p = argparse.ArgumentParser(prog="workshop dryrun", description=__doc__.split("\n\n")[0] + " The job's "
-                                "memory per GPU by category, its FLOPs and collectives, at full size on fake "
-                                "tensors (CPU device: no CUDA context, allocator reserve or NCCL buffers).")
+    p = argparse.ArgumentParser(prog="workshop dryrun", description="A step's job on this site at full size "
+                                "on fake tensors, without a GPU (workshop.training.dryrun): rank 0's memory by "
+                                "category (its peak and each phase), the FLOPs of one optimizer step and every "
+                                "collective with its bytes. The fake device is the CPU: no CUDA context, "
+                                "allocator reserve or NCCL buffers. Where the step's partition states gpu_mem, "
+                                "says whether the job fits it (the check `workshop submit` makes).")
     p.add_argument("step", choices=[s for s, v in STEPS.items() if v.program == "train"])
     p.add_argument("--profile", default=None, help="site profile name or .toml path (default: $WORKSHOP_PROFILE, "
                    "or local where there is no Slurm)")
