@@ -86,6 +86,7 @@ def test_bloom_560m_on_paper_holds_559m_parameters_and_their_adamw_state_sharded
     assert took < 60, f"the dry run took {took:.0f} s"
 
 
+@pytest.mark.slow   # three dry runs of BLOOM-560M, each in a process of its own (Submission.check_fit)
 def test_a_job_that_would_not_fit_its_v100s_is_refused_with_the_largest_micro_batch_that_fits(tmp_path):
     """fsdp_1gpu on the example site's 32 GB V100 with 16 x 512 tokens: refused before sbatch, with the figure,
     the partition's memory and the micro-batch that fits, and nothing written; `force` lets it through; the
@@ -113,3 +114,36 @@ def test_a_profile_without_gpu_memory_dry_runs_nothing(tmp_path):
     """The local profile (and any partition without gpu_mem) submits as fast as before: no dry run."""
     prepare("fsdp_1gpu", profile="local", jobs_dir=tmp_path).check_fit()
     assert not (tmp_path / ".dryrun").exists()
+
+
+def committed_grid() -> dict:
+    """The newest committed grid report (benchmarks/paper/grid-DATE.json)."""
+    newest = sorted((ROOT / "benchmarks" / "paper").glob("grid-*.json"))[-1]
+    return json.loads(newest.read_text())
+
+
+def grid_module():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paper_grid", ROOT / "benchmarks" / "paper" / "grid.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_models_hold_to_the_committed_dry_runs_at_bloom_size():
+    """Each case of the committed grid, predicted again by today's memory and communication models: within the
+    models' 10 % per category (or named, with why, in the grid's WHY), and every collective exact."""
+    grid = grid_module()
+    report = committed_grid()
+    assert len(report["cases"]) >= 10
+    for case in report["cases"]:
+        cfg = grid.config(case["config"])
+        dry = {"memory_mb": {r["category"]: r["dry_run_mb"] for r in case["memory"]},
+               "comm": {"by_kind": {}}}
+        for r in case["comm"]:
+            dry["comm"]["by_kind"].setdefault(r["kind"], {})[r["measure"]] = r["dry_run"]
+        for r in grid.compare_memory(cfg, dry):
+            assert r["within"] or (case["case"], r["category"]) in grid.WHY, (case["case"], r)
+        differ = [r for r in grid.compare_comm(cfg, {**dry, **case["applied"]}) if not r["exact"]]
+        assert not differ or any(key in case["case"] for key in grid.COMM_WHY), (case["case"], differ)
