@@ -8,9 +8,10 @@ once) of the job's world size. The job's own code runs on them: the step's RunCo
 its profile's shapes (built on `meta`, never downloaded), the Trainer that wraps it (`CourseTrainer`:
 the Hugging Face `fsdp`/`fsdp_config` through accelerate, or the student's `wrap_function`), the job's
 precision, activation checkpointing, offload and `loss`, AdamW, the Trainer's step (`training_step`,
-clipping, the optimizer). Two optimizer steps of the job's micro-batch (the longest: `max_length`) run;
-the second is measured by the job's own tensor-memory tracker (workshop.training.tensor_memory, the
-categories of summary.json's `tensor_mem_mb_per_rank`), `FlopCounterMode` and `CommDebugMode`.
+clipping, the optimizer). Three optimizer steps of the job's micro-batch (the longest: `max_length`) run,
+measured as the job measures them: the second by the job's own tensor-memory tracker
+(workshop.training.tensor_memory, the categories of summary.json's `tensor_mem_mb_per_rank`), the third,
+whose collectives a job records, by `FlopCounterMode` and `CommDebugMode`.
 
 What it is not: the fake device is the CPU. Fake CUDA tensors need CUDA streams inside FSDP2, which a
 CPU build of torch lacks; the CPU device gives the same tensor bytes, without the CUDA context, the
@@ -28,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -41,7 +41,6 @@ MB = 2**20
 # the job's instrumented steps: the tensor-memory tracker's (2: AdamW's state exists, as at every later step)
 # and the recorded collectives' (3), each on a step of its own
 STEPS = max(INSTRUMENTED_STEPS.values())
-PHASES = ("forward", "backward", "optimizer")
 FAKE_DEVICE_NOTE = ("fake tensors on the CPU device: tensor bytes only, without the CUDA context, the caching "
                     "allocator's reserve or NCCL's buffers; rank 0 simulated (FSDP2 pads every shard to its size)")
 # c10d's operators (FSDP2, DDP) and the functional ones (DTensor's: the clipping norm's all-reduce) by kind
@@ -54,16 +53,6 @@ COLLECTIVE_KINDS = {
     **{("_c10d_functional", op): kind for op, kind in (
         ("all_reduce", "all_reduce"), ("all_gather_into_tensor", "all_gather"),
         ("reduce_scatter_tensor", "reduce_scatter"), ("broadcast", "broadcast"))}}
-
-
-@dataclass(frozen=True)
-class Shapes:
-    """The model's shapes as the profile names them: what a dry run builds on `meta`."""
-
-    vocab_size: int
-    hidden_size: int
-    n_layer: int
-    n_head: int
 
 
 def model_shapes(model: str) -> dict[str, int]:
@@ -147,9 +136,9 @@ def build_model(cfg: RunConfig, fake_mode: Any) -> torch.nn.Module:
 
 
 def micro_batch(cfg: RunConfig) -> dict[str, Any]:
-    """The job's largest micro-batch (batch_size x max_length, every position a token), as the collator
-    hands it to the Trainer. Real (small) tensors: the counts the Trainer takes of them on the host stay
-    counts."""
+    """The job's largest micro-batch (batch_size x max_length, every position a token), as the collator hands
+    it to the Trainer, with the collator's host-side token count. Small real tensors (zeros: an in-place
+    random fill has no fake kernel); the fake mode takes them in as the Trainer moves them to its device."""
     from workshop.training.data import HOST_TOKENS
 
     shape = (cfg.batch_size, cfg.max_length)
