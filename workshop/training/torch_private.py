@@ -324,8 +324,12 @@ def fake_tensor_mode() -> Any:
 
 
 def is_fake(tensor: Any) -> bool:
-    """Whether `tensor` is a dry run's fake tensor (shape and dtype, no values)."""
-    return isinstance(tensor, _import("FakeTensor"))
+    """Whether `tensor` is a dry run's fake tensor (shape and dtype, no values). A torch without the class
+    runs no dry run: its tensors are real (training must never stop on this question)."""
+    try:
+        return isinstance(tensor, _import("FakeTensor"))
+    except NotOnThisTorch:
+        return False
 
 
 def fake_store() -> Any:
