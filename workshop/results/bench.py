@@ -396,6 +396,24 @@ def with_dry_run_mfu(row: dict[str, Any], cfg: RunConfig, lengths: list[int], pa
         if peak and row.get("tokens_per_s") else None
 
 
+def with_dry_run_memory(row: dict[str, Any], cfg: RunConfig, seq_len: int, cache: Path) -> None:
+    """The configuration's dry run at the width the prediction takes (its tensor peak, rank 0, one block
+    gathered at a time), beside the measured allocator peak: what the first GPU run checks the dry run
+    against. None where the configuration cannot be dry-run (answer_only's data-dependent shape)."""
+    from workshop.slurm.fit import dry_run
+    from workshop.training.config import ConfigError
+
+    try:
+        result = dry_run(load_config(base=cfg, overrides={"max_length": max(32, seq_len), "pad_to_max_length": False}),
+                         cache)
+    except ConfigError as e:
+        row["dry_run_peak_mb"], row["dry_run_error"] = None, str(e)
+        return
+    row["dry_run_peak_mb"] = round(result["memory_mb"]["peak"], 1)
+    measured = row.get("peak_mem_mb") if row.get("mem_kind") == "cuda_allocated" else None
+    row["dry_run_rel_error"] = round((row["dry_run_peak_mb"] - measured) / measured, 4) if measured else None
+
+
 def diagnosis(run_dir: Path, log: str) -> str:
     """One sentence on why a run failed (workshop.results.diagnose), else the log's last line."""
     try:
@@ -459,6 +477,8 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
         row["error"] = f"no train records after the {warmup} warm-up steps"
     else:
         with_dry_run_mfu(row, cfg, lengths, bc.pad_to, run_dir.parent / ".dryrun")
+        if not bc.peer:
+            with_dry_run_memory(row, cfg, seq, run_dir.parent / ".dryrun")
     return row
 
 
@@ -689,6 +709,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         "per token from the configuration's dry run (workshop.training.dryrun: FlopCounterMode on the job's own "
         "code at its batch and mean width, recomputation not counted); `mfu_formula` is the training script's "
         "6N + 12*L*h*s per token (workshop/training/metrics.py), kept beside it.",
+        "dry_run_peak_mb: the configuration's dry run (workshop.training.dryrun) at the prediction's width, its "
+        "tensor peak on a fake CPU device (one block gathered at a time, no CUDA context), beside the measured peak.",
         "Peak memory is torch.cuda.max_memory_allocated over training (its counters reset at train start, not at "
         "process start; the warm-up included); the memory "
         "model excludes the CUDA context and allocator slack, so reserved is shown but the error is vs allocated.",
