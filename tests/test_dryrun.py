@@ -147,3 +147,18 @@ def test_the_models_hold_to_the_committed_dry_runs_at_bloom_size():
             assert r["within"] or (case["case"], r["category"]) in grid.WHY, (case["case"], r)
         differ = [r for r in grid.compare_comm(cfg, {**dry, **case["applied"]}) if not r["exact"]]
         assert not differ or any(key in case["case"] for key in grid.COMM_WHY), (case["case"], differ)
+
+
+@pytest.mark.slow   # one BLOOM-560M dry run in a process of its own
+def test_a_dry_run_today_measures_what_the_committed_grid_holds():
+    """The committed report is today's dry run: BLOOM-560M full_shard on 8, run again, gives its figures."""
+    from workshop.slurm.fit import dry_run
+
+    grid, report = grid_module(), committed_grid()
+    case = next(c for c in report["cases"] if c["case"] == "560m-full_shard-x8")
+    result = dry_run(grid.config(case["config"]), None)
+    for r in case["memory"]:
+        assert result["memory_mb"][r["category"]] == pytest.approx(r["dry_run_mb"], rel=0.005, abs=0.1), r
+    for r in case["comm"]:
+        assert result["comm"]["by_kind"].get(r["kind"], {}).get(r["measure"], 0) == r["dry_run"], r
+    assert result["flops_per_step"] == case["flops_per_step"]
