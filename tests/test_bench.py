@@ -45,6 +45,10 @@ def test_cpu_smoke_run_completes_every_configuration(smoke: tuple[int, Path]) ->
         assert row["measured_steps"] == 1 and row["steps"] == (2 if row["name"] == bench.PEER else 4)
         assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
         assert row["mfu"] is None  # no honest peak on a CPU
+        # MFU's numerator from the dry run: FlopCounterMode's FLOPs per token, at least 6 per parameter
+        assert row["mfu_source"] == "dry run" and row["model_flops"]["flops_per_token"] > 6 * 322_368, row
+        if row["name"] != bench.PEER:   # the dry run's memory beside the run's (the loop runs none of the course)
+            assert row["dry_run_peak_mb"] > 0 and row["dry_run_rel_error"] is None, row   # CPU: RSS, not comparable
         assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == bench.SEQ_LEN
         # every row's throughput against the loop's, measured in the same run
         assert row["vs_plain_loop"] == pytest.approx(row["samples_per_s"] / by_name[bench.PEER]["samples_per_s"],

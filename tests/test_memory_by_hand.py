@@ -37,7 +37,8 @@ def test_hybrid_2_replicas_x_8_shards_on_16_gpus() -> None:
     # block's all-gather, FSDP2's prefetch, runs while this one computes)
     assert bd.params == 279_607_296 + 2 * (VH + 2 * BLOCK) == 843_794_432
     assert bd.activations == ACT_BF16 == 18_790_744_064
-    assert bd.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216  # + all-gather / reduce-scatter buffers
+    # the logits' gradients (8·x·V) outlast what the embedding's backward adds at its end (dry run, benchmarks/paper)
+    assert bd.other == OTHER_BASE == max(8 * 8 * 512 * 250_880, 100 * 8 * 512 * 1024 + 4 * VH + 2 * (VH + BLOCK))
     assert bd.unsharded_grads == 2 * VH                                # the embedding unit's bf16 gradient
     # at backward's start: the shard, the gathered embedding unit, AdamW, activations, the loss's gradient
     assert bd.peak == 279_607_296 + 2 * VH + 559_214_592 + ACT_BF16 + LOSS_GRAD_BF16 == 22_198_577_152
@@ -88,10 +89,14 @@ def test_the_other_category_by_hand() -> None:
     none = estimate("bloom-560m", "none", 1, "bf16", 8, 512)
     assert none.other == OTHER_BASE
     full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
-    assert full.other == OTHER_BASE + 4 * (VH + BLOCK) == 9_298_825_216
-    # the tiny model, 2 x 32 tokens, fp32: max(8·x·V = 524,288, 100·x·h + 4·V·h = 614,400 + 393,216) = 1,007,616
+    assert full.other == OTHER_BASE      # the logits' gradients; the embedding's backward comes after them
+    # the tiny model, 2 x 32 tokens, fp32: max(8·x·V = 524,288, 100·x·h + 4·V·h = 614,400 + 393,216 = 1,007,616
+    # + the unsharded gradients of the embedding unit and a block, fp32: 4 (V·h + block))
     tiny = estimate("tiny", "full_shard", 2, "fp32", 2, 32)
     assert tiny.other == 1_007_616 + 4 * (98_304 + 111_840) == 1_848_192
+    # BLOOM-7b1 at 16 ranks, 1 x 512, bf16: the embedding's end of backward, not the logits (dry run: 6,264 MB)
+    big = estimate("bloom-7b1", "full_shard", 16, "bf16", 1, 512, device="cpu")
+    assert big.other == 100 * 512 * 4096 + 4 * 250_880 * 4096 + 2 * (250_880 * 4096 + 12 * 4096**2 + 13 * 4096)
     # DDP all-reduces in its buckets, which the tracker never sees (ddp_buckets): its `other` is one process's
     assert estimate("tiny", "ddp", 2, "fp32", 2, 32).other == estimate("tiny", "none", 1, "fp32", 2, 32).other == 1_007_616
 

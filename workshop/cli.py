@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "table": ("workshop.results.tables:main", "turn a job log or run folder into the step's exercise table"),
     "diagnose": ("workshop.results.diagnose:main", "explain why a job failed and what to change"),
     "estimate": ("workshop.results.memory:main", "predict peak memory per GPU for a config"),
+    "dryrun": ("workshop.slurm.fit:main", "a step's job at full size on fake tensors: memory per GPU, FLOPs, collectives"),
     "bench": ("workshop.results.bench:main", "benchmark the course configurations on one GPU"),
     "verify": ("workshop.results.verify:main", "check submitted job logs against Slurm accounting and their digests"),
     "budget": ("workshop.course.schedule:main", "instructor: the class's GPU-hours, disk, and the day's schedule per notebook"),

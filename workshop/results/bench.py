@@ -356,6 +356,64 @@ def predict(cfg: RunConfig, seq_len: int, wrapper: str | None = None,
             "components_mb": {k: round(v, 1) for k, v in bd.as_mb().items()}}
 
 
+def dry_run_flops(cfg: RunConfig, seq_len: int, cache: Path) -> dict[str, Any]:
+    """MFU's numerator from the dry run (workshop.training.dryrun): the FLOPs of one optimizer step of this
+    configuration's batch at `seq_len` tokens, counted by FlopCounterMode on the job's own code, per token.
+    Model FLOPs, as MFU counts them: without activation checkpointing's recomputation, with the full loss
+    (answer_only's positions depend on the data: the same model FLOPs per token, as the formula's 6N counts
+    lm_head whole). On one device the sharding changes no FLOP, so one dry run (cached by its config's hash)
+    serves every configuration of a batch and width."""
+    from workshop.slurm.fit import dry_run
+    from workshop.training.config import ConfigError
+
+    counted = load_config(base=cfg, overrides=dict(sharding="none", nodes=1, procs_per_node=1, offload=False,
+                                                   activation_checkpointing=False, loss="full", precision="fp32",
+                                                   max_length=max(32, seq_len), pad_to_max_length=False))
+    try:
+        result = dry_run(counted, cache)
+    except ConfigError as e:
+        return {"error": str(e), "seq_len": seq_len}
+    return {"flops_per_step": result["flops_per_step"], "tokens_per_step": result["tokens_per_step"],
+            "flops_per_token": result["flops_per_step"] / result["tokens_per_step"], "seq_len": counted.max_length}
+
+
+def with_dry_run_mfu(row: dict[str, Any], cfg: RunConfig, lengths: list[int], pad_to: int, cache: Path) -> None:
+    """The row's MFU from the dry run's FLOPs per token (at the mean width trained on: the fixed pad width, or
+    the examples' mean length), over the data sheet's peak; the formula's figure (6N + 12·L·h·s per token,
+    workshop.training.metrics) stays beside it as `mfu_formula`. Without a dry run the formula's figure stands,
+    and `mfu_source` says why."""
+    from workshop.training.metrics import peak_for_name
+
+    seq = pad_to or round(statistics.mean(lengths[:cfg.train_size] or [SEQ_LEN]))
+    flops = dry_run_flops(cfg, seq, cache)
+    row["model_flops"], row["mfu_formula"] = flops, row.get("mfu")
+    peak = peak_for_name(row.get("device_name") or "", cfg.precision)
+    if flops.get("flops_per_token") is None:
+        row["mfu_source"] = f"formula (the dry run failed: {flops.get('error')})"
+        return
+    row["mfu_source"] = "dry run"
+    row["mfu"] = round(row["tokens_per_s"] * flops["flops_per_token"] / (peak * 1e12), 4) \
+        if peak and row.get("tokens_per_s") else None
+
+
+def with_dry_run_memory(row: dict[str, Any], cfg: RunConfig, seq_len: int, cache: Path) -> None:
+    """The configuration's dry run at the width the prediction takes (its tensor peak, rank 0, one block
+    gathered at a time), beside the measured allocator peak: what the first GPU run checks the dry run
+    against. None where the configuration cannot be dry-run (answer_only's data-dependent shape)."""
+    from workshop.slurm.fit import dry_run
+    from workshop.training.config import ConfigError
+
+    try:
+        result = dry_run(load_config(base=cfg, overrides={"max_length": max(32, seq_len), "pad_to_max_length": False}),
+                         cache)
+    except ConfigError as e:
+        row["dry_run_peak_mb"], row["dry_run_error"] = None, str(e)
+        return
+    row["dry_run_peak_mb"] = round(result["memory_mb"]["peak"], 1)
+    measured = row.get("peak_mem_mb") if row.get("mem_kind") == "cuda_allocated" else None
+    row["dry_run_rel_error"] = round((row["dry_run_peak_mb"] - measured) / measured, 4) if measured else None
+
+
 def diagnosis(run_dir: Path, log: str) -> str:
     """One sentence on why a run failed (workshop.results.diagnose), else the log's last line."""
     try:
@@ -417,6 +475,10 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
     )
     if not stats["measured_steps"]:
         row["error"] = f"no train records after the {warmup} warm-up steps"
+    else:
+        with_dry_run_mfu(row, cfg, lengths, bc.pad_to, run_dir.parent / ".dryrun")
+        if not bc.peer:
+            with_dry_run_memory(row, cfg, seq, run_dir.parent / ".dryrun")
     return row
 
 
@@ -643,8 +705,12 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     lengths = length_distribution(opts.model, SEQ_LEN)
 
     notes = [
-        "Throughput counts only non-pad tokens; MFU = achieved model FLOP/s / the device's dense peak "
-        "(workshop/training/metrics.py: 6N + 12*L*h*s FLOPs per token, recomputation not counted).",
+        "Throughput counts only non-pad tokens; MFU = achieved model FLOP/s / the device's dense peak, the FLOPs "
+        "per token from the configuration's dry run (workshop.training.dryrun: FlopCounterMode on the job's own "
+        "code at its batch and mean width, recomputation not counted); `mfu_formula` is the training script's "
+        "6N + 12*L*h*s per token (workshop/training/metrics.py), kept beside it.",
+        "dry_run_peak_mb: the configuration's dry run (workshop.training.dryrun) at the prediction's width, its "
+        "tensor peak on a fake CPU device (one block gathered at a time, no CUDA context), beside the measured peak.",
         "Peak memory is torch.cuda.max_memory_allocated over training (its counters reset at train start, not at "
         "process start; the warm-up included); the memory "
         "model excludes the CUDA context and allocator slack, so reserved is shown but the error is vs allocated.",

@@ -72,6 +72,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from workshop.training.gpus import CUDA_CONTEXT_BYTES
+
 MB = 2**20
 GiB = 2**30
 
@@ -113,6 +115,7 @@ PROFILES: dict[str, Arch] = {
 }
 PROFILES["bloom-560m-random"] = PROFILES["bloom-560m"]
 PROFILES["bigscience/bloom-560m"] = PROFILES["bloom-560m"]
+PROFILES["bloom-7b1-random"] = PROFILES["bigscience/bloom-7b1"] = PROFILES["bloom-7b1"]
 
 SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard")
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -315,17 +318,26 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
     # no sync on non-final micro-batches: every unit keeps its unsharded gradient until the last one
     held = grad_dtype * P if grad_acc > 1 else 0
     bd.unsharded_grads = max(held, grad_dtype * (max(Vh, block) if offload else Vh))
-    bd.other += 4 * (Vh + block)  # all-gather and reduce-scatter buffers
+    # backward's last unit, the tied embedding: the fp32 temporary of its backward (4 V·h, in the h-sized
+    # term above), its unsharded gradient and a block's, beside the h-sized temporaries; the logits'
+    # gradients come earlier and are gone by then, so the larger of the two is the category's peak
+    # (benchmarks/paper: BLOOM-7b1 at 16 ranks, 1 x 512, where the additive buffers said +41 %)
+    bd.other = max(8 * rows * arch.vocab, 100 * x * arch.hidden + 4 * Vh + grad_dtype * (Vh + block))
+    # the peak is either at backward's start (activations, the loss's gradient) or at its end, with every
+    # sharded gradient reduced, the embedding gathered, its backward's fp32 temporary and unsharded gradient
+    # (BLOOM-7b1 at 16 ranks, 1 x 512: the end, 14.7 GB, where the start alone said 12.1)
+    at_end = gathered_at_peak + held + (4 + grad_dtype) * Vh
     if offload:
         bd.params = gathered_max
         bd.host_params, bd.host_grads, bd.host_optimizer = stored, 4 * P // n, optim
-        bd.peak = gathered_at_peak + held + act_fwd + max(loss_grad + bwd_extra, recomputed)
+        bd.peak = max(gathered_at_peak + held + act_fwd + max(loss_grad + bwd_extra, recomputed), at_end)
         bd.notes.append("offload: sharded params, grads and AdamW states live in host memory")
     else:
         bd.params = stored + gathered_max
         bd.grads = 4 * P // n
         bd.optimizer = optim
-        bd.peak = stored + gathered_at_peak + optim + held + act_fwd + max(loss_grad + bwd_extra, recomputed)
+        bd.peak = stored + optim + max(gathered_at_peak + held + act_fwd + max(loss_grad + bwd_extra, recomputed),
+                                       bd.grads + at_end)
     return bd
 
 
@@ -510,9 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# The CUDA context (~0.5 GiB a process), which the model leaves out: the explorer and the bench take it off a
-# GPU's memory before asking what fits (workshop.course.explorer's GPUS).
-CUDA_CONTEXT = 0.5 * GiB
+# The CUDA context (~0.5 GiB a process, workshop.training.gpus states its source), which the model leaves out:
+# the explorer and the bench take it off a GPU's memory before asking what fits (workshop.course.explorer's GPUS).
+CUDA_CONTEXT = float(CUDA_CONTEXT_BYTES)
 MAX_MICRO_BATCH = 4096
 
 

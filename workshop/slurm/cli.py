@@ -60,10 +60,13 @@ def submit_main(argv: list[str]) -> int:
     p.add_argument("--resume", action="store_true", help="submit this job again to continue from its latest "
                    "checkpoint (after a TIMEOUT), keeping its run/ folder")
     p.add_argument("--wait", action="store_true", help="watch the job until it ends; exit 0 only if COMPLETED")
+    p.add_argument("--force", action="store_true", help="submit even if the job's dry run does not fit its "
+                   "partition's GPU memory (`workshop dryrun`)")
     p.add_argument("--jobs-dir", default="jobs")
     args = p.parse_args(argv)
     job = submit(args.step, profile=args.profile, overrides=parse_assignments(args.assignments),
-                 resubmit=args.resubmit, resume=args.resume, jobs_dir=args.jobs_dir, name=args.name)
+                 resubmit=args.resubmit, resume=args.resume, jobs_dir=args.jobs_dir, name=args.name,
+                 force=args.force)
     print(f"{job.job_id} {job.job_dir}", flush=True)
     if args.wait:
         state = job.wait()

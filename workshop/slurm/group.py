@@ -62,8 +62,9 @@ Spec = tuple[str, RunConfig | Mapping[str, Any]]
 
 def submit_all(specs: Mapping[str, Spec], profile: str | Path | Profile | None = None, *,
                jobs_dir: str | Path = "jobs", resubmit: bool = False, cap: int | None = None,
-               poll_s: float = 1.0) -> JobGroup:
-    """Submit every (step, config or overrides) of `specs`; jobs submitted before are found again.
+               poll_s: float = 1.0, force: bool = False) -> JobGroup:
+    """Submit every (step, config or overrides) of `specs`; jobs submitted before are found again. Every job is
+    checked (its GPU fit too, unless `force`) before the first one goes.
 
     At most `cap` of them (default: the profile's `[slurm] jobs_per_user`, 0 = no cap) are in the queue at
     once: a site's MaxSubmitJobsPerUser rejects the job over its limit at sbatch, so a cell of six jobs
@@ -73,9 +74,12 @@ def submit_all(specs: Mapping[str, Spec], profile: str | Path | Profile | None =
     ready = {}
     for name, (step, settings) in specs.items():
         if isinstance(settings, RunConfig):
-            ready[name] = prepare(step, settings, prof, resubmit=resubmit, jobs_dir=jobs_dir)
+            ready[name] = prepare(step, settings, prof, resubmit=resubmit, jobs_dir=jobs_dir, force=force)
         else:
-            ready[name] = prepare(step, None, prof, overrides=settings, resubmit=resubmit, jobs_dir=jobs_dir)
+            ready[name] = prepare(step, None, prof, overrides=settings, resubmit=resubmit, jobs_dir=jobs_dir,
+                                  force=force)
+    for sub in ready.values():
+        sub.check_fit()
     limit = prof.jobs_per_user if cap is None else cap
     return JobGroup(submit_capped(ready, limit, poll_s))
 

@@ -25,6 +25,7 @@ from workshop.training.accelerate_yaml import FILE as ACCELERATE_FILE, to_yaml
 from workshop.training.config import ConfigError, RunConfig, load_config
 from workshop.slurm.profiles import Profile, load_profile, scratch_folder
 from workshop.slurm import local_backend, slurm_backend
+from workshop.slurm.fit import CACHE as DRY_RUN_CACHE, check_gpu_memory
 from workshop.slurm.records import JobRecord, JobState, find_record, now
 from workshop.slurm.render import render, uses_accelerate
 from workshop.slurm.shared import link_shared, shared_job
@@ -260,25 +261,39 @@ def job_key(step: str, config: RunConfig, profile: Profile, name: str) -> str:
 
 def submit(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
            overrides: Mapping[str, Any] | None = None, resubmit: bool = False, resume: bool = False,
-           jobs_dir: str | Path = "jobs", name: str | None = None) -> Job:
+           jobs_dir: str | Path = "jobs", name: str | None = None, force: bool = False) -> Job:
     """Render and submit a course step; returns the existing Job when this exact one was submitted.
 
     `config=None` takes the step's config on this site (step defaults < profile < `overrides`).
     `resubmit` starts the job over (the old run/ is kept as run-<old id>/); `resume` submits it again
     into the same folder, keeping run/, to continue from its latest checkpoint (after a TIMEOUT).
+    `force` submits a job whose dry run does not fit its partition's GPU memory (workshop.slurm.fit).
     """
     return prepare(step, config, profile, overrides=overrides, resubmit=resubmit, resume=resume,
-                   jobs_dir=jobs_dir, name=name).submit()
+                   jobs_dir=jobs_dir, name=name, force=force).submit()
 
 
 class Submission:
     """A job ready to go: validated, rendered and placed, nothing written yet (see `prepare`)."""
 
     def __init__(self, step: str, cfg: RunConfig, prof: Profile, job_dir: Path, job_name: str, script: str,
-                 resubmit: bool, shared: Path | None = None) -> None:
+                 resubmit: bool, shared: Path | None = None, force: bool = False) -> None:
         self.step, self.cfg, self.prof, self.job_dir = step, cfg, prof, job_dir
         self.job_name, self.script, self.resubmit = job_name, script, resubmit
         self.shared = shared    # instructor-run mode: the instructor's job folder this job stands for
+        self.force = force      # submit even if the job's dry run does not fit its GPUs
+
+    @property
+    def queues_a_job(self) -> bool:
+        """Will `submit` hand a job to the backend (not the instructor's, not one already there)?"""
+        return self.shared is None and (self.resubmit or self.cfg.resume or not (self.job_dir / "job.json").is_file())
+
+    def check_fit(self) -> None:
+        """Before the job reaches the queue: its dry run must fit its partition's GPU memory, unless `force`
+        (workshop.slurm.fit; a partition without `gpu_mem` checks nothing, a job already queued is not
+        checked again). Raises ConfigError on batch_size with the largest micro-batch that fits."""
+        if self.queues_a_job and not self.force:
+            check_gpu_memory(self.step, self.cfg, self.prof, self.job_dir.parent / DRY_RUN_CACHE)
 
     def submit(self) -> Job:
         """Write the job's folder and hand it to the backend (or find the job already there)."""
@@ -286,6 +301,7 @@ class Submission:
         if self.shared is not None:     # this costly job is the instructor's, read here
             link_shared(job_dir, self.shared)
             return Job(JobRecord.load(self.shared))
+        self.check_fit()
         if self.resubmit or cfg.resume or not (job_dir / "job.json").is_file():   # re-running a cell needs no room
             check_writable(job_dir.parent)
         job_dir.mkdir(parents=True, exist_ok=True)
@@ -327,9 +343,10 @@ class Submission:
 
 def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Profile | None = None, *,
             overrides: Mapping[str, Any] | None = None, resubmit: bool = False, resume: bool = False,
-            jobs_dir: str | Path = "jobs", name: str | None = None) -> Submission:
+            jobs_dir: str | Path = "jobs", name: str | None = None, force: bool = False) -> Submission:
     """Everything `submit` checks and renders, without writing or submitting: a bad config raises here,
-    so a cell's jobs can all be checked before the first one goes (`workshop.slurm.group.submit_all`)."""
+    so a cell's jobs can all be checked before the first one goes (`workshop.slurm.group.submit_all`).
+    `force` is kept for `Submission.submit`, which checks the job's fit (workshop.slurm.fit)."""
     get_step(step)
     prof = load_profile(profile)
     if config is None:
@@ -345,7 +362,7 @@ def prepare(step: str, config: RunConfig | None = None, profile: str | Path | Pr
     linked = job_dir.is_symlink() or not job_dir.exists()
     shared = shared_job(prof, cfg, jobs_root, job_dir.name, step) if linked else None
     script = render(step, cfg, prof, job_dir, job_name)   # raises before any file is written
-    return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared)
+    return Submission(step, cfg, prof, job_dir, job_name, script, resubmit, shared, force)
 
 
 def checkpoint_folder(profile: Profile, jobs_root: Path, job_dir: Path) -> str:

@@ -66,6 +66,8 @@ class Partition:
                                 # less the site's reserve); every request must fit it
     max_time: str = ""          # the partition's MaxTime (`sinfo -o "%P %l"`); every time limit must fit it
     nodes: int = 0              # nodes in the partition, shared by the class (`sinfo -h -p NAME -o %D`); 0 = unknown
+    gpu_mem: str = ""           # one GPU's memory ("32G", "80G": nvidia-smi's total); set, a job's dry run must
+                                # fit it before submission (workshop.slurm.fit)
 
 
 @dataclass(frozen=True)
@@ -227,9 +229,10 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
                       max_nodes=_take(raw, "max_nodes", int, 0, source, where),
                       mem_per_node=_take(raw, "mem_per_node", str, "", source, where),
                       max_time=_take(raw, "max_time", str, "", source, where),
-                      nodes=_take(raw, "nodes", int, 0, source, where))
+                      nodes=_take(raw, "nodes", int, 0, source, where),
+                      gpu_mem=_take(raw, "gpu_mem", str, "", source, where))
         _no_leftovers(raw, source, where, "name, gpus_per_node, gpu_type, gpu_name, cpus_per_proc, "
-                      "mem_per_proc, max_nodes, mem_per_node, max_time, nodes")
+                      "mem_per_proc, max_nodes, mem_per_node, max_time, nodes, gpu_mem")
         if p.nodes < 0 or (p.nodes and p.max_nodes > p.nodes):
             raise ProfileError(source, where + "nodes", f"nodes = {p.nodes}, max_nodes = {p.max_nodes}: a job cannot "
                                "have more nodes than the partition", "write the partition's node count "
@@ -562,11 +565,11 @@ def _check_time_fits(value: str, part: Partition, source: str, where: str) -> No
 
 
 def _check_partition_fits(p: Partition, source: str, where: str) -> None:
-    for key in ("mem_per_node", "max_time"):
+    for key in ("mem_per_node", "gpu_mem", "max_time"):
         value = getattr(p, key)
-        if value and not (_MEM if key == "mem_per_node" else _TIME).match(value):
-            raise ProfileError(source, where + key, f"{value!r} is not a {'size' if key == 'mem_per_node' else 'time'}",
-                               'write e.g. "500G"' if key == "mem_per_node" else 'write "HH:MM:SS"')
+        if value and not (_TIME if key == "max_time" else _MEM).match(value):
+            raise ProfileError(source, where + key, f"{value!r} is not a {'time' if key == 'max_time' else 'size'}",
+                               'write "HH:MM:SS"' if key == "max_time" else 'write e.g. "80G"')
     if p.mem_per_node and p.mem_per_proc and mem_mb(p.mem_per_proc) * max(1, p.gpus_per_node) > mem_mb(p.mem_per_node):
         raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc} x {max(1, p.gpus_per_node)} processes "
                            f"is more than a node's {p.mem_per_node}: a full-node job would never start",

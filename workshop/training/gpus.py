@@ -26,3 +26,16 @@ def bf16_capable(capability: tuple[int, int]) -> bool:
 def lacks_bf16(name: str) -> bool:
     """Is this a GPU known to have no bf16 (a V100, a T4, ...)? Unknown names are not refused."""
     return bool(name) and NO_BF16.search(name) is not None
+
+
+# What a GPU process holds beside its tensors, which neither PyTorch's tracker nor a dry run on fake tensors
+# sees. Stated constants, not measurements on the course's GPUs (none has run it yet): the first GPU run's
+# summary (peak_reserved_mb against peak_mem_mb, and nvidia-smi's figure against peak_reserved_mb) replaces them.
+# - The CUDA context: the driver's and the CUDA runtime's own memory in each process, ~300-500 MiB
+#   depending on the GPU, driver and CUDA version (PyTorch docs, "CUDA semantics: Memory management": "the
+#   CUDA context ... can take up to a few hundred MB"; CUDA >= 11.7 lazy module loading lowers it). 0.5 GiB.
+CUDA_CONTEXT_BYTES = 512 * 2**20
+# - The caching allocator's reserve: memory it holds beyond the live tensors (freed blocks it keeps, sizes
+#   rounded up to 512 B blocks inside 2 MiB and 20 MiB segments, fragmentation; PyTorch docs, "CUDA semantics:
+#   Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"). Taken as 10 % of the tensor peak.
+ALLOCATOR_RESERVE = 0.10

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from workshop.training import torch_private
 from workshop.training.config import LOSSES  # noqa: F401  (the settings, validated by RunConfig)
 
 IGNORE_INDEX = -100
@@ -53,9 +54,9 @@ def logits_positions(labels: torch.Tensor, loss: str) -> int:
     """How many positions a micro-batch projects onto the vocabulary under `loss` (lm_head's rows): all
     b x s for full (and, chunked, over all its chunks together), the positions with an answer token next
     for answer_only."""
-    if loss == "answer_only":
+    if loss == "answer_only" and not torch_private.is_fake(labels):
         return int((shift_labels(labels) != IGNORE_INDEX).sum())
-    return labels.numel()
+    return labels.numel()   # (a dry run's fake labels have no values: the most there can be)
 
 
 def _divisor(targets: torch.Tensor, num_items_in_batch: torch.Tensor | int | None) -> torch.Tensor | int:

@@ -21,6 +21,9 @@ HUB_ID = "bigscience/bloom-560m"
 
 # The shapes of bigscience/bloom-560m (its config.json): 559,214,592 parameters.
 BLOOM_560M = dict(vocab_size=250880, hidden_size=1024, n_layer=24, n_head=16)
+# The shapes of bigscience/bloom-7b1 (its config.json): 7,069,016,064 parameters. Known here so that a dry run
+# (workshop.training.dryrun) builds it on `meta` without the Hub; a 7b1 job is beyond the course's GPUs.
+BLOOM_7B1 = dict(vocab_size=250880, hidden_size=4096, n_layer=30, n_head=32)
 # A few hundred thousand parameters; vocab covers the offline tokenizer.
 TINY = dict(vocab_size=1024, hidden_size=96, n_layer=2, n_head=4)
 
@@ -30,6 +33,7 @@ class ModelProfile:
     name: str
     source: str  # "hub", "random" or "path"
     shapes: dict | None = None
+    hub_id: str = HUB_ID   # the Hub's name of a "hub" profile
 
     @property
     def needs_hub(self) -> bool:
@@ -40,8 +44,10 @@ PROFILES = {
     "tiny": ModelProfile("tiny", "random", TINY),
     "bloom-560m-random": ModelProfile("bloom-560m-random", "random", BLOOM_560M),
     "bloom-560m": ModelProfile("bloom-560m", "hub", BLOOM_560M),
+    "bloom-7b1-random": ModelProfile("bloom-7b1-random", "random", BLOOM_7B1),
+    "bloom-7b1": ModelProfile("bloom-7b1", "hub", BLOOM_7B1, "bigscience/bloom-7b1"),
 }
-ALIASES = {HUB_ID: "bloom-560m"}
+ALIASES = {HUB_ID: "bloom-560m", "bigscience/bloom-7b1": "bloom-7b1"}
 
 
 def resolve_profile(name: str) -> ModelProfile:
@@ -76,7 +82,7 @@ def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
         return load_offline_tokenizer()
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(HUB_ID if profile.needs_hub else profile.name)
+    tok = AutoTokenizer.from_pretrained(profile.hub_id if profile.needs_hub else profile.name)
     tok.padding_side = "right"
     return tok
 
@@ -92,7 +98,7 @@ def build_model(model: str, tokenizer: PreTrainedTokenizerBase, seed: int) -> Pr
         if len(tokenizer) > cfg.vocab_size:
             raise ValueError(f"tokenizer has {len(tokenizer)} tokens, model vocab is {cfg.vocab_size}")
         return BloomForCausalLM(cfg)
-    source = HUB_ID if profile.needs_hub else profile.name
+    source = profile.hub_id if profile.needs_hub else profile.name
     return BloomForCausalLM.from_pretrained(source, dtype=torch.float32)
 
 

@@ -434,6 +434,11 @@ class TensorMemoryCallback(TrainerCallback):
             self.measured["allocator_peak"] = round(self.peaks.since_start()[0] / MB, 3)
         self.tracker = None
 
+    def peaks_so_far(self) -> dict[str, int]:
+        """Each category's peak (and `peak`) in bytes since the measured step began: a dry run reads them
+        at the end of each phase (workshop.training.dryrun)."""
+        return dict(self._peaks)
+
     def allocator_peaks(self) -> tuple[int, int]:
         """CUDA: the caching allocator's (allocated, reserved) peaks in bytes since train start, the
         counts from before the measured step's reset included."""

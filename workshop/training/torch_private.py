@@ -99,6 +99,15 @@ NAMES: dict[str, PrivateName] = {
     "_record_memory_history": PrivateName(
         "torch.cuda.memory:_record_memory_history",
         "CUDA: records every allocation with its stack around the tracked step (the memory snapshot)"),
+    "FakeTensorMode": PrivateName(
+        "torch._subclasses.fake_tensor:FakeTensorMode",
+        "the dry run (workshop.training.dryrun): tensors with shapes and dtypes and no storage"),
+    "FakeTensor": PrivateName(
+        "torch._subclasses.fake_tensor:FakeTensor",
+        "the dry run: a tensor without values, whose count of answer positions cannot be taken"),
+    "FakeStore": PrivateName(
+        "torch.testing._internal.distributed.fake_pg:FakeStore",
+        "the dry run: the store of the `fake` process group (collectives that return at once), any world size"),
     "_dump_snapshot": PrivateName(
         "torch.cuda.memory:_dump_snapshot",
         "CUDA: writes that record as a pickle that pytorch.org/memory_viz opens"),
@@ -304,3 +313,24 @@ def record_memory_history(enabled: str | None, max_entries: int) -> None:
 
 def dump_memory_snapshot(path: str) -> None:
     _import("_dump_snapshot")(path)
+
+
+# ------------------------------------------------------------------------------ the dry run's fake tensors
+
+
+def fake_tensor_mode() -> Any:
+    """A FakeTensorMode that takes real inputs (the micro-batch) beside fake parameters."""
+    return _import("FakeTensorMode")(allow_non_fake_inputs=True)
+
+
+def is_fake(tensor: Any) -> bool:
+    """Whether `tensor` is a dry run's fake tensor (shape and dtype, no values). A torch without the class
+    runs no dry run: its tensors are real (training must never stop on this question)."""
+    try:
+        return isinstance(tensor, _import("FakeTensor"))
+    except NotOnThisTorch:
+        return False
+
+
+def fake_store() -> Any:
+    return _import("FakeStore")()
