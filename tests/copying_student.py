@@ -39,7 +39,7 @@ eight_bit_bytes_per_param = {"weights": 4, "gradients": 4, "master_weights": 4, 
 largest_model_b = {"trainer": None, "eight_bit": None}   # no cell or tool prints it''',
         "nb01-13-baseline-table": '''
 row = measured.iloc[0]
-baseline = {"final_train_loss": row["final_train_loss"], "train_samples_per_s": row["train_samples_per_s"]}''',
+baseline = {"last_logged_loss": row["last_logged_loss"], "train_samples_per_s": row["train_samples_per_s"]}''',
     },
     "02_fsdp_single_gpu": {
         "nb02-07-predict": '''
@@ -278,11 +278,12 @@ prediction = {n: {"steps": optimizer_steps(base.train_size, base.epochs, setting
 from workshop.training import fsdp_rules
 
 _r = max(gpu_counts) / min(gpu_counts)
-serial_fraction = fsdp_rules.serial_fraction(scaling[max(gpu_counts)]["speedup"], _r)
+amdahl_fits = fsdp_rules.amdahl_applies(scaling[max(gpu_counts)]["speedup"], _r)
+serial_fraction = fsdp_rules.serial_fraction(scaling[max(gpu_counts)]["speedup"], _r) if amdahl_fits else None
 
 
-def speedup_at(n):
-    return fsdp_rules.amdahl_speedup(serial_fraction, n / min(gpu_counts))''',
+def speedup_at(n, serial):
+    return fsdp_rules.amdahl_speedup(serial, n / min(gpu_counts))''',
     },
     "05_multi_node": {
         "nb05-gate-predict": '''
@@ -368,7 +369,7 @@ transient_bytes_per_param = {"bf16_weight_copy": 2}   # the text's "the 2 B copy
 bloom_560m_state_gb = 16 * 559_214_592 / 1e9   # the hint: the stored bytes x the parameters''',
         "nb01-13-baseline-table": '''
 row = measured.iloc[0]
-baseline = {"final_train_loss": row["final_train_loss"], "train_samples_per_s": row["train_samples_per_s"]}''',
+baseline = {"last_logged_loss": row["last_logged_loss"], "train_samples_per_s": row["train_samples_per_s"]}''',
         "nb01-epoch-answer": '''
 squad_epoch_hours = 87_599 / measured.iloc[0]["train_samples_per_s"] / 3600   # the hint's formula''',
     },
@@ -522,11 +523,12 @@ scaling = {n: {"speedup": measured.loc[n, "samples_per_s"] / measured.loc[smalle
                "efficiency": measured.loc[n, "samples_per_s"] / measured.loc[smallest, "samples_per_s"] / (n / smallest)}
            for n in gpu_counts}   # the text's speed-up and efficiency''',
         "nb04-amdahl": '''
+amdahl_fits = True   # the text asks for a fraction: assume there is one
 serial_fraction = 1 - scaling[max(gpu_counts)]["efficiency"]   # what the efficiency lost: no text states it
 
 
-def speedup_at(n):
-    return n / min(gpu_counts) * scaling[max(gpu_counts)]["efficiency"]   # the efficiency held at every N''',
+def speedup_at(n, serial):
+    return n / min(gpu_counts) * (1 - serial)   # the efficiency 1 - serial held at every N''',
     },
     "05_multi_node": {
         "nb05-gate-predict": '''

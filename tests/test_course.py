@@ -68,8 +68,8 @@ def release_with_jobs(course: Course, course_run: Path, name: str, folder: Path)
 def tamper(nb: nbformat.NotebookNode) -> None:
     """mallory: a wrong loss hidden behind a test cell replaced by `pass`, and a throughput typed by hand."""
     append_to_cell(nb, "nb01-13-baseline-table",
-                   'baseline["final_train_loss"] = 1.234\nbaseline["train_samples_per_s"] = 999.0')
-    replace_cell(nb, "nb01-16-test-final-train-loss", "pass  # nothing to see here")
+                   'baseline["last_logged_loss"] = 1.234\nbaseline["train_samples_per_s"] = 999.0')
+    replace_cell(nb, "nb01-16-test-last-logged-loss", "pass  # nothing to see here")
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_replaced_test_cell_and_edited_number_lose_exactly_their_points(graded: 
     course, _, cells = graded
     scores, full = cells[("mallory", "01_baseline")], course.max_points("01_baseline")
     lost = {k for k in full if scores[k] != full[k]}
-    assert lost == {"nb01-16-test-final-train-loss", "nb01-18-test-train-samples-per-s"}
+    assert lost == {"nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s"}
     assert all(scores[k] == 0 for k in lost)
 
 

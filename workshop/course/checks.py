@@ -22,7 +22,7 @@ Rules for test cells (so that the re-run can recompute them):
   wait=False).summary()`, `workshop.results.memory`, ...), never from a student's variable; jobs are found by
   step and locked settings.
 
-    checks.number(baseline["final_train_loss"], reference["final_train_loss"], "final_train_loss")
+    checks.number(baseline["last_logged_loss"], reference["last_logged_loss"], "last_logged_loss")
     checks.value(bytes_per_param, {"weights": 4, "grads": 4, "adam": 8}, "bytes per parameter")
     checks.choice(gate_passed, busbw >= threshold, "does the gate pass?")
     checks.choice(fastest, "shard_grad_op", "fastest strategy", options=["ddp", "full_shard", "shard_grad_op"])
