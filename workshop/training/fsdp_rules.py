@@ -90,7 +90,7 @@ def amdahl_applies(speedup: float, gpu_ratio: float) -> bool:
     [0, 1]. A run that got slower with more processes (processes taking turns on fewer cores, as on the CPU
     profiles) or faster than perfect (a slowed smallest run) is not a split of one step into a part that
     shrinks and a part that does not: fitting s to it gives s > 1 or s < 0, and predictions below 1."""
-    return gpu_ratio > 1 and 1 <= speedup <= gpu_ratio
+    return bool(gpu_ratio > 1 and 1 <= speedup <= gpu_ratio)
 
 
 def serial_fraction(speedup: float, gpu_ratio: float) -> float:
