@@ -203,7 +203,7 @@ rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_sha
 from workshop.course.answer_key import fewest_gpus_for, fsdp_state_gib
 
 eight_bit_7b1_gib = fsdp_state_gib("bloom-7b1", 8)
-fewest_gpus_7b1 = fewest_gpus_for("bloom-7b1", 10)''',
+fewest_gpus_7b1 = fewest_gpus_for("bloom-7b1", 9)''',
         "nb02-logits-predict": '''
 from workshop.results.memory import estimate
 
@@ -393,8 +393,9 @@ memory_prediction""",
 _h, _V, _L = 4096, 250_880, 30                               # the text's BLOOM-7b1
 _block = 12 * _h**2 + 13 * _h                                # one block, 12h² + 13h (the printed formula)
 _P = _V * _h + 4 * _h + _L * _block                          # P = Vh + 4h + L(12h² + 13h), as printed
-# bf16 weights 2 B; gradients "stored as fp32 on the shard" (Mixed precision) and the rule's "stored fp32
-# gradients" 4 B; the fp32 master copy 4 B; 8-bit AdamW's two moments 1 B each (notebook 01's text)
+# bf16 weights 2 B; gradients 4 B, copied from the Trainer's recipe of notebook 01 (its printed "4 + 4 + 8"),
+# not from the convention's dtype rule; the fp32 master copy 4 B; 8-bit AdamW's two moments 1 B each. (Issue 49
+# made the texts agree: a copier who applies the stated convention instead reaches the key; see docs/grading.md)
 _stored_bytes = 2 + 4 + 4 + 1 + 1
 
 
@@ -404,7 +405,7 @@ def _state_gib(n):
 
 
 eight_bit_7b1_gib = _state_gib(8)
-fewest_gpus_7b1 = next(n for n in range(1, 10_000) if _state_gib(n) <= 10)
+fewest_gpus_7b1 = next(n for n in range(1, 10_000) if _state_gib(n) <= 9)   # the text's budget
 eight_bit_7b1_gib, fewest_gpus_7b1""",
         "nb02-11-settings": """
 blocks = {"version": 2, "transformer_layer_cls_to_wrap": ["BloomBlock"], "reshard_after_forward": True}   # the bullets
