@@ -166,11 +166,11 @@ bytes_per_param = {"weights": _b.params / _b.n_params, "gradients": _b.grads / _
 transient_bytes_per_param = {"bf16_weight_copy": 2}
 bloom_560m_state_gb = (_b.params + _b.grads + _b.optimizer) / 1e9''',
         "nb01-untrained-answer": '''
-from workshop.course import answer_key
+from workshop.grading import answer_key
 
 untrained_loss = answer_key.untrained_loss_measured(tok, examples[:2], config.max_length)''',
         "nb01-eight-bit": '''
-from workshop.course.answer_key import params_that_fit_b, recipe_bytes
+from workshop.grading.answer_key import params_that_fit_b, recipe_bytes
 
 eight_bit_bytes_per_param = recipe_bytes("eight_bit")
 largest_model_b = {recipe: params_that_fit_b(recipe) for recipe in ("trainer", "eight_bit")}''',
@@ -200,7 +200,7 @@ def shard_shape(shape, world_size, rank):
 
 rank2_shapes = {name: shard_shape(shape, 3, 2) for name, shape in bloom_560m_shapes.items()}''',
         "nb02-eight-bit": '''
-from workshop.course.answer_key import fewest_gpus_for, fsdp_state_gib
+from workshop.grading.answer_key import fewest_gpus_for, fsdp_state_gib
 
 eight_bit_7b1_gib = fsdp_state_gib("bloom-7b1", 8)
 fewest_gpus_7b1 = fewest_gpus_for("bloom-7b1", 9)''',
@@ -242,7 +242,7 @@ def sent_elements(strategy, n_ranks, model, micro_batches=1):
 comm_prediction = {name: sent_elements(spec["sharding"], site.world_size, run_model, micro_batches)
                    for name, spec in runs.items()}''',
         "nb03-comm-bytes": '''
-from workshop.course import answer_key
+from workshop.grading import answer_key
 
 sent_gb = answer_key.node_sent_gb()
 fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s] < sent_gb["ddp"]]''',

@@ -1,4 +1,4 @@
-"""The answer key of notebooks 01 to 03's predictions (workshop.course.answer_key) agrees with the figures
+"""The answer key of notebooks 01 to 03's predictions (workshop.grading.answer_key) agrees with the figures
 worked out by hand below, and a student's cell that calls it is flagged by the integrity scan."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import math
 
 import pytest
 
-from workshop.course import answer_key, scan
+from workshop.course import scan
+from workshop.grading import answer_key
 
 BLOOM_560M = 559_214_592       # the model card's parameter count
 BLOOM_7B1 = 7_069_016_064      # the model card's parameter count
@@ -76,8 +77,8 @@ def test_the_8_gpu_node_sends_by_hand() -> None:
 
 
 @pytest.mark.parametrize("source", [
-    "from workshop.course.answer_key import recipe_bytes\nx = recipe_bytes('eight_bit')",
-    "from workshop.course import answer_key\nx = answer_key.node_sent_gb()",
+    "from workshop.grading.answer_key import recipe_bytes\nx = recipe_bytes('eight_bit')",
+    "from workshop.grading import answer_key\nx = answer_key.node_sent_gb()",
     "def encode(tok, ex, n):\n    return data.EncodedDataset(tok, [ex], n)[0]",
 ])
 def test_a_student_cell_that_calls_the_key_is_flagged(source: str) -> None:
