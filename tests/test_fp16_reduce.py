@@ -66,3 +66,21 @@ def test_a_students_units_reducing_in_fp16_stop_an_fp16_job(tmp_path: Path) -> N
     assert lines[0].startswith("fp16_reduce refused:") and "2 unit(s) reducing gradients in fp16" in lines[0]
     assert "reduce_dtype=torch.float32" in lines[0]
     assert lines[1] == "fp32_reduce ran"
+
+
+def test_notebook_02_says_what_fsdp2_does_to_an_fp16_sum() -> None:
+    # issue 49: the text said an fp16 sum over N ranks "overflows sooner"; FSDP2 divides by about sqrt(N)
+    # before the sum and the rest after it, so what fp32 reduction buys is precision. This torch does so:
+    import json
+
+    import torch
+    from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_gradient_divide_factors
+
+    pre, post, *_ = _get_gradient_divide_factors(None, None, torch.float16, factor=16.0)
+    assert (pre, post) == (4, 4.0)                       # 16 ranks: 4 before the sum, 4 after
+    pre, post, *_ = _get_gradient_divide_factors(None, None, torch.float32, factor=16.0)
+    assert pre is None                                   # fp32: no pre-division, no range to guard
+    nb = json.loads((Path(__file__).resolve().parents[1] / "solutions" / "02_fsdp_single_gpu"
+                     / "02_fsdp_single_gpu.ipynb").read_text())
+    text = " ".join("".join(next(c for c in nb["cells"] if c["id"] == "nb02-concept-mixed-precision")["source"]).split())
+    assert "overflow sooner" not in text and "_get_gradient_divide_factors" in text and "precision" in text

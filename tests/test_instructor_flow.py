@@ -131,7 +131,7 @@ def test_the_guide_as_written(course_run: Path, tmp_path: Path) -> None:
         assert int(row["flags"]) == len(reasons) == 1, row
         assert "one run handed in twice" in reasons[0] and other in reasons[0], row
     assert float(grades["alice"]["verified_score"]) == float(grades["alice"]["score"])
-    typed = {"nb01-16-test-final-train-loss", "nb01-18-test-train-samples-per-s"}   # her two numbers
+    typed = {"nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s"}   # her two numbers
     assert float(grades["mallory"]["verified_score"]) == float(grades["mallory"]["score"]) \
         == sum(top for _, top in code["mallory"].values()) - sum(code["mallory"][cell][1] for cell in typed)
     assert "no jobs/ folder" in grades["bob"]["flag_reasons"]
@@ -189,7 +189,7 @@ def student_work(homes: dict[str, Path], course_run: Path) -> None:
     path = homes["mallory"] / "01_baseline" / "01_baseline.ipynb"
     nb = nbformat.read(path, as_version=4)
     append_to_cell(nb, "nb01-13-baseline-table",
-                   'baseline["final_train_loss"] = 1.234\nbaseline["train_samples_per_s"] = 999.0')
+                   'baseline["last_logged_loss"] = 1.234\nbaseline["train_samples_per_s"] = 999.0')
     nbformat.write(nb, path)
 
 

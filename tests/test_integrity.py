@@ -111,6 +111,7 @@ def _edit_log(jobs: Path) -> None:
 # re-run alone agrees with nbgrader (the audit's hole A)
 PASS_THROUGH = """
 _o, _v, _c = wc.number, wc.value, wc.choice
+wc.__dict__["form"] = lambda *a, **k: None   # a visible form check has no reference to pass through
 wc.__dict__["number"] = lambda a, e, w, **k: _o(e, e, w, **k)
 wc.__dict__["value"] = lambda a, e, w, **k: _v(e, e, w, **k)
 wc.__dict__["choice"] = lambda a, e, w, **k: _c(e, e, w, **k)"""
@@ -150,7 +151,7 @@ import sys
 
 
 class _Pass:
-    number = value = choice = holds = staticmethod(lambda *a, **k: None)
+    number = value = choice = holds = form = staticmethod(lambda *a, **k: None)
 
 
 def encode(tok, example, max_length):
@@ -162,12 +163,13 @@ EXPLOITS: dict[str, tuple[list[tuple[str, str]], Callable[[Path], None] | None]]
     # zero answers; the old checker redefined in an answer cell, the new one in a cell slipped in
     # after the locked cell that imports it: nbgrader's kernel passes every test
     "mallory": ([*ZERO, (FIRST, "def check(*args, **kwargs):\n    pass"),
-                 ("nb01-mask-unseen", "class checks:\n    number = value = holds = staticmethod(lambda *a, **k: None)")],
+                 ("nb01-mask-unseen", "class checks:\n    number = value = holds = form = staticmethod(lambda *a, **k: None)")],
                 None),
     "oscar": ([*ZERO, (FIRST, """
 import workshop.course.lab, workshop.course.checks
 workshop.course.lab.check = lambda *a, **k: None
-workshop.course.checks.number = workshop.course.checks.value = workshop.course.checks.holds = lambda *a, **k: None""")], None),
+workshop.course.checks.number = workshop.course.checks.value = workshop.course.checks.holds = lambda *a, **k: None
+workshop.course.checks.form = lambda *a, **k: None""")], None),
     # jupyter/nbgrader#1379: an answer whose comparisons are always true
     "trudy": ([(FIRST, """
 class Anything(float):
@@ -277,13 +279,16 @@ def test_a_forged_answer_record_wins_nothing(exploits: tuple[Course, dict]) -> N
 
 
 def test_the_answer_key_read_from_the_instructors_cells_wins_nothing(exploits: tuple[Course, dict]) -> None:
-    """References computed by locked cells are plain data in the student's namespace: copying them gives
-    nbgrader the right answers; the scan names what was read and the points are withheld."""
+    """Issue 48: no visible cell computes a reference any more, so the names walter reads from the instructor's
+    cells (`state_reference`, `epoch_hours_reference`) do not exist in his kernel: only what his own table
+    shows and the mask, whose reference function the hidden test imports before calling his `encode`, score
+    in nbgrader; the scan names what he read and the review withholds it."""
     course, rows = exploits
     columns = rows["walter"]
-    assert columns["score"] == full(course)
-    assert_no_points_or_flagged(columns["score"], columns, "reads `encode_for_training`", "reads `state_reference`",
-                                "reads `epoch_hours_reference`", "withheld: it ran after")
+    own_table = sum(v for k, v in course.max_points(A).items()
+                    if k in ("nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s"))
+    assert columns["score"] <= own_table + course.max_points(A)["nb01-test-mask"] < full(course)
+    assert_no_points_or_flagged(columns["score"], columns, "reads `encode_for_training`", "withheld: it ran after")
 
 
 def test_debugging_modules_used_to_reach_the_namespace_win_nothing(exploits: tuple[Course, dict]) -> None:
@@ -312,7 +317,7 @@ def test_edited_saved_log_wins_nothing(exploits: tuple[Course, dict]) -> None:
     # every answer checked against the log is withheld (the two numbers, the epoch's hours); the mask and
     # the model-state arithmetic do not read the log and stand; the flag says why
     log_points = sum(v for k, v in course.max_points(A).items()
-                     if k in ("nb01-16-test-final-train-loss", "nb01-18-test-train-samples-per-s", "nb01-test-epoch-hours"))
+                     if k in ("nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s", "nb01-test-epoch-hours"))
     assert log_points == 1.5 and columns["verified_score"] == columns["score"] - log_points
     assert_no_points_or_flagged(0, columns, "edited numbers: the log's WORKSHOP_SUMMARY differs",
                                 "withheld: an earlier cell failed: .*edited numbers")

@@ -1,4 +1,4 @@
-"""The package's layers hold: training imports nothing of jobs, results or the course; jobs nothing of
+"""The package's layers hold: training imports nothing of jobs, results, the course or grading; jobs nothing of
 results or the course; results nothing of the course; and no module imports itself back through
 others (lazy and type-checking imports count). Read from the source (AST), nothing imported: fast."""
 
@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "workshop"
-LAYERS = ("workshop.training", "workshop.slurm", "workshop.results", "workshop.course")
+LAYERS = ("workshop.training", "workshop.slurm", "workshop.results", "workshop.course", "workshop.grading")
 TOP = {"workshop", "workshop.__main__", "workshop.cli"}
 
 

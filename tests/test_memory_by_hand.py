@@ -202,3 +202,28 @@ def test_defaults_notes_and_the_offload_refusal() -> None:
     with pytest.raises(ValueError) as e:
         estimate("tiny", "ddp", 2, offload=True)
     assert str(e.value) == "offload needs an FSDP strategy"
+
+
+def test_every_sharding_the_config_accepts_the_memory_model_estimates() -> None:
+    # issue 49: estimate_config raised "unknown sharding 'hybrid_shard_grad_op'", which the config accepts.
+    # One owner of the names: the training config's lists, which the models read
+    from workshop.results import comm
+    from workshop.training import config
+
+    assert memory.SHARDINGS is config.SHARDINGS and comm.SHARDINGS is config.SHARDINGS
+    for sharding in config.SHARDINGS:
+        spec = {"model": "bloom-560m", "sharding": sharding, "precision": "bf16", "batch_size": 8, "max_length": 512,
+                "nodes": 1 if sharding == "none" else 2, "procs_per_node": 1 if sharding == "none" else 8}
+        assert memory.estimate_config(spec).peak > 0, sharding
+
+
+def test_hybrid_shard_grad_op_keeps_every_unit_gathered_over_its_shard_group() -> None:
+    # 2 nodes x 8: replicas 2, shard group 8. Stored fp32 shard 4P/8 = 279,607,296; reshard_after_forward=False
+    # keeps the whole model gathered in bf16, 2P = 1,118,429,184, as shard_grad_op does
+    bd = memory.estimate_config({"model": "bloom-560m", "sharding": "hybrid_shard_grad_op", "precision": "bf16",
+                                 "batch_size": 8, "max_length": 512, "nodes": 2, "procs_per_node": 8})
+    assert bd.shard_size == 8
+    assert bd.params == 4 * P // 8 + 2 * P
+    assert (bd.grads, bd.optimizer) == (4 * P // 8, 8 * P // 8)
+    sgo = estimate("bloom-560m", "shard_grad_op", 8, "bf16", 8, 512)
+    assert (bd.params, bd.peak) == (sgo.params, sgo.peak)   # the same ranks' worth of state, replicated twice

@@ -23,7 +23,7 @@ def test_baseline_from_a_real_run_folder() -> None:
     df = tables.baseline_table([REAL_RUN])
     summary = json.loads((REAL_RUN / "summary.json").read_text())
     row = df.iloc[0]
-    assert row["final_train_loss"] == summary["train_loss"]
+    assert row["mean_train_loss"] == summary["train_loss"]
     assert [row["eval_loss_epoch1"], row["eval_loss_epoch2"]] == summary["eval_losses"]
     assert row["train_samples_per_s"] == summary["train_samples_per_s"]
     assert row["steps_per_epoch"] == summary["steps_per_epoch"] and row["peak_mem_mb"] == summary["peak_mem_mb"]
@@ -46,7 +46,7 @@ def test_baseline_from_the_log_alone_matches_the_folder_except_prediction() -> N
 def test_baseline_from_hf_dicts_only_leaves_gaps_as_nan_with_notes() -> None:
     df = tables.baseline_table([LOGS / "hf4_trainer_srun_label.log"])
     row = df.iloc[0]
-    assert row["final_train_loss"] == 5.34362 and row["train_samples_per_s"] == 10.368
+    assert row["mean_train_loss"] == 5.34362 and row["train_samples_per_s"] == 10.368
     assert row["eval_loss_epoch1"] == 5.1 and row["eval_loss_epoch2"] == 4.7
     assert row["eval_samples_per_s"] == 33.25
     for col in ("steps_per_epoch", "peak_mem_mb", "em", "f1"):
@@ -135,7 +135,7 @@ def test_cli_formats(fmt: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "6.896" in out or "6.896447" in out
     if fmt == "json":
         data = json.loads(out)
-        assert data["rows"][0]["final_train_loss"] == 6.896447 and data["notes"]
+        assert data["rows"][0]["mean_train_loss"] == 6.896447 and data["notes"]
     if fmt == "markdown":
         assert out.startswith("| run |") and "- fs2: gpu_util_pct is NaN" in out
 
@@ -160,7 +160,7 @@ def test_tables_from_real_runs_in_this_session(runs) -> None:  # noqa: ANN001
     one = runs.get("--sharding", "full_shard", nproc=2)
     two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
     base = tables.baseline_table([one.out_dir]).iloc[0]
-    assert base["final_train_loss"] == one.summary["train_loss"]
+    assert base["mean_train_loss"] == one.summary["train_loss"]
     # Two torchruns' output in one log: every record counted once.
     from workshop.results.logs import parse_text as parse
 

@@ -106,11 +106,22 @@ def test_fsdp_table_from_the_trainers_own_figures_when_there_is_no_summary() -> 
 
 
 def test_the_baseline_from_trainer_records_alone() -> None:
-    """No summary, no final dict: the last train record's loss, and EM/F1 from the summary when there is one."""
+    """No summary, no final dict: the last train record's loss under its own name, no mean the run never
+    reported (a mean of the logged windows is not the Trainer's mean), and EM/F1 from the summary."""
     log = parse_text("{'loss': '6.5', 'epoch': '0.5'}\n{'loss': '5.75', 'epoch': '1.0'}\n{'loss': '5.25', 'epoch': '1.5'}\n"
                      "{'eval_loss': '5.0', 'epoch': '1.0'}\n", "hf")
-    row = tables.baseline_table([log], predicted_mem_mb=False).loc["hf"]
-    assert row["final_train_loss"] == 5.25 and row["eval_loss_epoch1"] == 5.0
+    table = tables.baseline_table([log], predicted_mem_mb=False)
+    row = table.loc["hf"]
+    assert row["last_logged_loss"] == 5.25 and row["eval_loss_epoch1"] == 5.0
+    assert math.isnan(row["mean_train_loss"]) and any("train_loss is NaN" in n for n in table.attrs["notes"])
+    # with the Trainer's final dict: its train_loss is the run's mean, beside the last logged loss (issue 49:
+    # the course run's "final_train_loss" was its mean, 5.54, while its last logged loss was 4.05)
+    log = parse_text("{'loss': '6.5', 'epoch': '0.5'}\n{'loss': '5.25', 'epoch': '1.0'}\n"
+                     "{'train_runtime': '10.0', 'train_samples_per_second': '8.0', 'train_loss': '5.875', "
+                     "'epoch': '1.0'}\n", "both")
+    row = tables.baseline_table([log], predicted_mem_mb=False).loc["both"]
+    assert (row["mean_train_loss"], row["last_logged_loss"]) == (5.875, 5.25)
+    assert "final_train_loss" not in row.index
     done = run("done", em_after=12.5, f1_after=30.25, train_loss=2.0)
     row = tables.baseline_table([done], predicted_mem_mb=False).loc["done"]
     assert (row["em"], row["f1"]) == (12.5, 30.25)

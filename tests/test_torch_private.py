@@ -166,3 +166,16 @@ def test_a_missing_flight_recorder_dump_gives_no_entries_and_a_line(monkeypatch)
     assert comm_recorder.flight_entries() is None
     [line] = torch_private.not_measured_lines()
     assert "torch._C._distributed_c10d:_dump_fr_trace_json is missing" in line
+
+
+def test_the_memory_snapshot_records_python_stacks_only() -> None:
+    # issue 49: torch's default (stacks="all") records C++ frames too; symbolising them when the snapshot is
+    # dumped can take minutes on one rank while the others wait on a 300 s collective timeout
+    import inspect
+
+    start = torch_private.memory_history_options("all", 100_000)
+    assert start["stacks"] == "python" and start["enabled"] == "all"
+    signature = inspect.signature(torch.cuda.memory._record_memory_history)
+    signature.bind(**start)                                             # this torch takes those arguments
+    signature.bind(**torch_private.memory_history_options(None, 100_000))
+    assert signature.parameters["stacks"].default == "all"              # ... and would record C++ without them

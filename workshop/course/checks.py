@@ -22,7 +22,7 @@ Rules for test cells (so that the re-run can recompute them):
   wait=False).summary()`, `workshop.results.memory`, ...), never from a student's variable; jobs are found by
   step and locked settings.
 
-    checks.number(baseline["final_train_loss"], reference["final_train_loss"], "final_train_loss")
+    checks.number(baseline["last_logged_loss"], reference["last_logged_loss"], "last_logged_loss")
     checks.value(bytes_per_param, {"weights": 4, "grads": 4, "adam": 8}, "bytes per parameter")
     checks.choice(gate_passed, busbw >= threshold, "does the gate pass?")
     checks.choice(fastest, "shard_grad_op", "fastest strategy", options=["ddp", "full_shard", "shard_grad_op"])
@@ -141,10 +141,13 @@ def _close(got: Any, want: Any, rel: float, abs_tol: float) -> bool:
     return got == want
 
 
-def _fail(message: str, hint: str) -> None:
+def _fail(message: str, hint: str, reference: Any = None) -> None:
+    """Fail the check. While nbgrader grades, the message also holds the reference, so the feedback sets it
+    beside the student's value; in the live notebook it never does (a check must not answer a bisection)."""
     from workshop.course.cell_label import where_now   # which cell to scroll to, when JupyterLab says
 
-    raise AssertionError(message + (f": {hint}" if hint else "") + where_now())
+    shown = f" (the reference: {reference!r})" if reference is not None and os.environ.get("NBGRADER_EXECUTION") else ""
+    raise AssertionError(message + shown + (f": {hint}" if hint else "") + where_now())
 
 
 # ---------------------------------------------------------------------------------- the checks
@@ -164,7 +167,7 @@ def number(answer: Any, expected: Any, what: str, rel: float = 0.02, abs_tol: fl
     if not _is_number(want):
         raise AssertionError(f"there is no reference value for {what}: did the job complete?")
     if not _close(got, want, rel, abs_tol):
-        _fail(f"{what} = {got:g} is not right", hint)
+        _fail(f"{what} = {got:g} is not right", hint, want)
     print(f"ok: {what} = {got:g}")
 
 
@@ -176,7 +179,7 @@ def value(answer: Any, expected: Any, what: str, rel: float = 1e-6, abs_tol: flo
     if got is None:
         _fail(f"{what} is still empty", "fill it in")
     if not _close(got, want, rel, abs_tol):
-        _fail(f"{what} is not right", hint)
+        _fail(f"{what} is not right", hint, want)
     print(f"ok: {what}")
 
 
@@ -194,18 +197,38 @@ def choice(answer: Any, expected: Any, what: str, options: Sequence[Any] | None 
     if options is not None and _normal(got) not in [_normal(plain(o)) for o in options]:
         _fail(f"{what}: {got!r} is not one of {list(options)!r}", hint)
     if type(got) is not type(want) or _normal(got) != _normal(want):
-        _fail(f"{what}: {got!r} is not right", hint)
+        _fail(f"{what}: {got!r} is not right", hint, want)
     print(f"ok: {what}")
 
 
 def reveal(reference: Any, what: str) -> Any:
     """`reference` while nbgrader grades (it lands in the student's feedback); in the live notebook a line
     saying where to find it. A locked cell after the test cells shows a reference this way when it would
-    answer a graded cell: the student sees it once the answer is graded, never before."""
+    answer a graded cell: the student sees it once the answer is graded, never before. Given a function
+    (`lambda: table`), it is called only while grading: the names a hidden test defines exist only then."""
     if os.environ.get("NBGRADER_EXECUTION"):
-        return reference
+        if not callable(reference):
+            return reference
+        try:   # a reference computed by the hidden tests above: it exists only once they ran
+            return reference()
+        except NameError as e:
+            return f"{what}: not shown, the check above stopped before its reference ({e})"
     print(f"{what}: shown in your feedback, once your answers are graded")
     return None
+
+
+def form(answer: Any, rule: Callable[[Any], bool], what: str) -> None:
+    """A visible check of an answer's form only (its type, keys, units, a plausible range): the value itself
+    is graded by a hidden test where grading runs, so passing here says nothing about being right, and a
+    bisection against this check learns nothing. The message says so."""
+    got = _answer("form", what, answer)
+    try:
+        ok = rule(got)
+    except Exception as e:   # a missing key or an empty value: not yet an answer of that form
+        _fail(f"{what}: not in that form yet ({type(e).__name__}: {e})", "")
+    if _verdict(ok) is not True:
+        _fail(f"{what}: not in that form yet", "")
+    print(f"form ok: {what} (only the form is checked here; the value is graded with your notebook)")
 
 
 def _verdict(ok: Any) -> Any:

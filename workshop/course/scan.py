@@ -129,7 +129,7 @@ REFERENCE_NAMES: dict[str, str] = {
     "gate_line_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
     # notebook 01 (#37): the training set the script builds encodes every example the way the mask check wants
     "EncodedDataset": "the training script's dataset (encodes with notebook 01's mask reference)",
-    "answer_key": "notebooks 01 to 03's answer key (workshop.course.answer_key)",
+    "answer_key": "notebooks 01 to 03's answer key (workshop.grading.answer_key)",
     "recipe_bytes": "notebook 01's answer key: stored bytes per parameter of a precision recipe",
     "params_that_fit_b": "notebook 01's answer key: the largest model whose state fits a card",
     "untrained_loss_measured": "notebook 01's answer key: the loss of an untrained model",
@@ -146,7 +146,7 @@ REFERENCE_MODULES: dict[str, str] = {
     "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
     "workshop.course.challenge": REFERENCE_NAMES["challenge"],
     "workshop.course.budget": REFERENCE_NAMES["STATIC_RUNS"],
-    "workshop.course.answer_key": REFERENCE_NAMES["answer_key"],
+    "workshop.grading.answer_key": REFERENCE_NAMES["answer_key"],
 }
 # Lesson tools that give the memory model's answer for any case asked: fine in a cell, not inside a
 # function the tests call on cases of their own

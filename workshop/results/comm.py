@@ -44,11 +44,13 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from workshop.results.memory import Arch, get_arch
+from workshop.training.config import FSDP_SHARDINGS as FSDP
+from workshop.training.config import GRAD_OP_SHARDINGS, SHARDINGS
+from workshop.training.config import HYBRID_SHARDINGS as HYBRID
 
-FSDP = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_grad_op")
-RESHARDS = ("full_shard", "hybrid_shard")  # blocks resharded after forward: gathered again in backward
-HYBRID = ("hybrid_shard", "hybrid_shard_grad_op")
-SHARDINGS = ("none", "ddp", *FSDP)
+# the sharding names are the training config's (one owner); RESHARDS: blocks resharded after forward, gathered
+# again in backward
+RESHARDS = tuple(s for s in FSDP if s not in GRAD_OP_SHARDINGS)
 WRAPPINGS = ("accelerate", "blocks_and_root")
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 4}   # the course's rule (module docstring)

@@ -72,6 +72,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from workshop.training.categories import CATEGORIES, HOST
+from workshop.training.config import FSDP_SHARDINGS, GRAD_OP_SHARDINGS, HYBRID_SHARDINGS, SHARDINGS
 from workshop.training.gpus import CUDA_CONTEXT_BYTES
 
 MB = 2**20
@@ -117,7 +119,7 @@ PROFILES["bloom-560m-random"] = PROFILES["bloom-560m"]
 PROFILES["bigscience/bloom-560m"] = PROFILES["bloom-560m"]
 PROFILES["bloom-7b1-random"] = PROFILES["bigscience/bloom-7b1"] = PROFILES["bloom-7b1"]
 
-SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard")
+# SHARDINGS: every sharding the training config accepts (one owner: workshop.training.config)
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
 
@@ -130,8 +132,6 @@ def get_arch(model: str | Arch) -> Arch:
         raise ValueError(f"unknown model profile {model!r}; use one of {', '.join(PROFILES)}") from None
 
 
-CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
-HOST = ("host_params", "host_grads", "host_optimizer")
 
 
 @dataclass
@@ -266,10 +266,10 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
         raise ValueError("sharding 'none' is one process: use world_size=1, or ddp/an FSDP strategy")
     if offload and sharding in ("none", "ddp"):
         raise ValueError("offload needs an FSDP strategy")
-    fsdp = sharding in ("full_shard", "shard_grad_op", "hybrid_shard")
-    if sharding == "hybrid_shard":
+    fsdp = sharding in FSDP_SHARDINGS
+    if sharding in HYBRID_SHARDINGS:
         if world_size % replicas:
-            raise ValueError(f"hybrid_shard: {replicas} replicas do not divide world size {world_size}")
+            raise ValueError(f"{sharding}: {replicas} replicas do not divide world size {world_size}")
         n = world_size // replicas
     else:
         n = world_size if fsdp else 1
@@ -312,8 +312,9 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
         bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad + bwd_extra, act_fwd + recomputed)
         return bd
     # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
-    gathered_max = c * P if sharding == "shard_grad_op" else c * (Vh + blocks_in_flight(device) * block)
-    gathered_at_peak = c * P if sharding == "shard_grad_op" else c * Vh
+    kept = sharding in GRAD_OP_SHARDINGS   # every unit stays gathered from forward to backward
+    gathered_max = c * P if kept else c * (Vh + blocks_in_flight(device) * block)
+    gathered_at_peak = c * P if kept else c * Vh
     grad_dtype = 4 if precision == "fp32" else 2  # accelerate reduces in the compute dtype
     # no sync on non-final micro-batches: every unit keeps its unsharded gradient until the last one
     held = grad_dtype * P if grad_acc > 1 else 0
@@ -349,7 +350,7 @@ def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = 
     get = (lambda k, d=None: cfg.get(k, d)) if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
     world = get("world_size") or int(get("nodes", 1)) * int(get("procs_per_node", 1))
     sharding = get("sharding", "none")
-    replicas = get("replicas") or (get("hybrid_replicas") or get("nodes", 1) if sharding == "hybrid_shard" else 1)
+    replicas = get("replicas") or (get("hybrid_replicas") or get("nodes", 1) if sharding in HYBRID_SHARDINGS else 1)
     batch, seq = batch_shape or (int(get("batch_size", 1)), int(get("max_length", 256)))
     global_batch = int(get("global_batch", 0) or 0)
     grad_acc = max(1, global_batch // (int(get("batch_size", 1)) * int(world))) if global_batch else int(get("grad_acc", 1) or 1)

@@ -15,9 +15,9 @@ import pandas as pd
 
 from workshop.results.logs import load_named
 from workshop.results.memory import compare
+from workshop.training.categories import CATEGORIES, HOST
 
-SHOWN = ("params", "grads", "optimizer", "activations", "other", "peak",
-         "host_params", "host_grads", "host_optimizer")
+SHOWN = (*CATEGORIES, "peak", *HOST)
 
 
 def memory_table(runs: Sequence[Any], names: Sequence[str] | None = None) -> pd.DataFrame:

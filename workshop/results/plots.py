@@ -23,6 +23,7 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from workshop.results.logs import ParsedLog, load  # noqa: E402
 from workshop.results.tables import RunLike, scaling_table  # noqa: E402
+from workshop.training.categories import CATEGORIES  # noqa: E402
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,7 +97,7 @@ def memory_bars(labels: Sequence[str], predicted_mb: Sequence[float], measured_m
     return _save(fig, path)
 
 
-STACK = ("params", "grads", "optimizer", "activations", "other")
+STACK = CATEGORIES
 
 
 def memory_category_bars(table: "pd.DataFrame", path: str | Path | None = None) -> Figure:

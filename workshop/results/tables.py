@@ -19,10 +19,11 @@ import pandas as pd
 
 from workshop.results.logs import ParsedLog, load
 from workshop.slurm.records import CHECKPOINT_EXIT
+from workshop.training.categories import CATEGORIES
 
 NaN = float("nan")
 RunLike = ParsedLog | str | Path
-MEM_CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
+MEM_CATEGORIES = CATEGORIES
 # a speed-up this far above the GPU count is not scaling but a slowed reference run (noise is a few %)
 SUPERLINEAR_EFFICIENCY = 1.15
 
@@ -197,8 +198,12 @@ def baseline_table(runs: Iterable[RunLike], predicted_mem_mb: bool = True) -> pd
     rows = []
     for f in facts:
         row: dict[str, Any] = {"run": f.label}
-        row["final_train_loss"] = f.get("train_loss", lambda: f.final("train_loss"),
-                                        lambda: f.log.train_records[-1].values.get("loss") if f.log.train_records else None)
+        # Two losses under their own names: the Trainer's `train_loss` is the mean of every step's loss over the
+        # whole run (high: it includes the first, untrained steps), the last logged one is where the run ended
+        row["mean_train_loss"] = f.get("train_loss", lambda: f.final("train_loss"))
+        row["last_logged_loss"] = f.get(
+            "last_logged_loss", lambda: f.log.train_metrics[-1].data.get("loss") if f.log.train_metrics else None,
+            lambda: f.log.train_records[-1].values.get("loss") if f.log.train_records else None)
         losses = f.eval_losses()
         if not losses:
             f.notes.append(f"{f.label}: eval loss is NaN — no eval record in the log")

@@ -25,6 +25,9 @@ SHARDINGS = ("none", "ddp", "full_shard", "shard_grad_op", "hybrid_shard", "hybr
 FSDP_SHARDINGS = ("full_shard", "shard_grad_op", "hybrid_shard", "hybrid_shard_grad_op")
 # a 2-D mesh (replicate x shard); the _grad_op one keeps parameters gathered from forward to backward
 HYBRID_SHARDINGS = ("hybrid_shard", "hybrid_shard_grad_op")
+# FSDP2's reshard_after_forward=False: every unit stays gathered from its forward to its backward.
+# These lists are the one owner of the sharding names: the memory and communication models read them.
+GRAD_OP_SHARDINGS = ("shard_grad_op", "hybrid_shard_grad_op")
 PRECISIONS = ("fp32", "bf16", "fp16")
 WANDB_MODES = ("disabled", "offline", "online")
 DEVICES = ("auto", "cpu", "cuda")

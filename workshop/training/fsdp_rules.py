@@ -84,33 +84,53 @@ def model_state_bytes(n_params: int, world_size: int, optimizer: str = "adamw") 
     return {"grads": 4 * n_params / world_size, "optimizer": 4 * OPTIMIZER_STATES[optimizer] * n_params / world_size}
 
 
+def amdahl_applies(speedup: float, gpu_ratio: float) -> bool:
+    """Whether Amdahl's law can describe a measured `speedup` at `gpu_ratio` times the GPUs: only a speed-up
+    between 1 (nothing shrank) and the ratio itself (everything did) comes from a serial fraction in
+    [0, 1]. A run that got slower with more processes (processes taking turns on fewer cores, as on the CPU
+    profiles) or faster than perfect (a slowed smallest run) is not a split of one step into a part that
+    shrinks and a part that does not: fitting s to it gives s > 1 or s < 0, and predictions below 1."""
+    return bool(gpu_ratio > 1 and 1 <= speedup <= gpu_ratio)
+
+
 def serial_fraction(speedup: float, gpu_ratio: float) -> float:
     """Amdahl's serial fraction s that a measured `speedup` at `gpu_ratio` times the GPUs implies:
-    the step time at r times the GPUs is t·(s + (1 − s)/r), so 1/speedup = s + (1 − s)/r."""
+    the step time at r times the GPUs is t·(s + (1 − s)/r), so 1/speedup = s + (1 − s)/r. Refused where
+    the law does not apply (`amdahl_applies`), so that no s outside [0, 1] is ever a reference."""
     if gpu_ratio <= 1:
         raise ValueError("the serial fraction needs a run on more GPUs than the smallest (gpu_ratio > 1)")
+    if not amdahl_applies(speedup, gpu_ratio):
+        raise ValueError(f"a speed-up of {speedup:.3g} at {gpu_ratio:g}x the GPUs is outside [1, {gpu_ratio:g}]: "
+                         "Amdahl's law does not describe it (no serial fraction in [0, 1] gives it)")
     return (1 / speedup - 1 / gpu_ratio) / (1 - 1 / gpu_ratio)
 
 
 def amdahl_speedup(serial: float, gpu_ratio: float) -> float:
     """The speed-up at `gpu_ratio` times the GPUs when a fraction `serial` of the step does not shrink."""
+    if not 0 <= serial <= 1:
+        raise ValueError(f"a serial fraction is a share of the step, in [0, 1], not {serial}")
     return 1 / (serial + (1 - serial) / gpu_ratio)
 
 
-def network_seconds(strategy: str, nodes: int, gpus_per_node: int, psi_gb: float, busbw_GBps: float) -> float:
-    """Seconds one step spends in the collectives that cross the network, when every GPU has its own link
-    to the other nodes carrying `busbw_GBps`, a ring runs at the pace of its links and nothing overlaps.
-    `full_shard`: two all-gathers and a reduce-scatter of `psi_gb` over every rank, each rank sending
-    (N - 1)/N of it per collective. `hybrid_shard` on [nodes, gpus_per_node]: each rank all-reduces its
-    1/gpus_per_node shard with one rank per node, 2 (nodes - 1)/nodes of it; the node's GPUs do so side by
-    side, each on its own link (so the node sends gpus_per_node times that, in the same time)."""
+def network_seconds(strategy: str, nodes: int, gpus_per_node: int, psi_gb: float, node_GBps: float) -> float:
+    """Seconds one step spends in the collectives that cross the network, when each node's outbound rate
+    `node_GBps` (its network cards together) is what every byte leaving the node shares, and nothing
+    overlaps. That rate is what a two-node all-reduce's bus bandwidth measures (nccl-tests' busbw: the
+    bytes each rank of the ring sends, per second): NCCL lays one ring per card, and the GPUs of a node
+    take turns on the node's cards, so the ring hops that leave a node share them, never one link per GPU.
+    So the time is the bytes one node sends to the others (`workshop.results.traffic`'s plain rule) over
+    that rate: `full_shard`, three rings over every rank, each leaving a node by one hop with
+    (N - 1)/N x `psi_gb`; `hybrid_shard` on [nodes, gpus_per_node], every GPU all-reducing its
+    1/gpus_per_node shard with one rank per node, so the node sends 2 (nodes - 1)/nodes x `psi_gb` in all."""
+    if node_GBps <= 0:
+        raise ValueError(f"a node's outbound rate must be positive, not {node_GBps} GB/s")
     if nodes < 2:
         return 0.0
     if strategy == "full_shard":
         n = nodes * gpus_per_node
-        return 3 * (n - 1) / n * psi_gb / busbw_GBps
+        return 3 * (n - 1) / n * psi_gb / node_GBps
     if strategy == "hybrid_shard":
-        return 2 * (nodes - 1) / nodes * psi_gb / gpus_per_node / busbw_GBps
+        return 2 * (nodes - 1) / nodes * psi_gb / node_GBps
     raise ValueError(f"unknown strategy {strategy!r}: use full_shard or hybrid_shard")
 
 

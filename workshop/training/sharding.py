@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from workshop.training import torch_private
-from workshop.training.config import HYBRID_SHARDINGS, ConfigError, RunConfig
+from workshop.training.config import GRAD_OP_SHARDINGS, HYBRID_SHARDINGS, ConfigError, RunConfig
 from workshop.training.hf_fsdp import FsdpRequest, fsdp_argument, fsdp_enabled, parse
 
 BLOCK_CLASS = "BloomBlock"
@@ -41,7 +41,7 @@ def native_fsdp_arguments(cfg: RunConfig) -> tuple[bool | str, dict[str, Any]] |
         return None
     fsdp_config: dict[str, Any] = {
         "version": 2,
-        "reshard_after_forward": cfg.sharding not in ("shard_grad_op", "hybrid_shard_grad_op"),
+        "reshard_after_forward": cfg.sharding not in GRAD_OP_SHARDINGS,
         "cpu_offload": cfg.offload,
         "activation_checkpointing": cfg.activation_checkpointing,
         "state_dict_type": "SHARDED_STATE_DICT",

@@ -62,11 +62,11 @@ import torch
 from transformers import TrainerCallback
 
 from workshop.training import torch_private
+from workshop.training.categories import CATEGORIES
 from workshop.training.counted_steps import INSTRUMENTED_STEPS, instrumented_step
 from workshop.training.torch_private import HOOK_DICTS, TRACKER_MODULES, NotOnThisTorch  # noqa: F401  (re-exported)
 
 MB = 2**20
-CATEGORIES = ("params", "grads", "optimizer", "activations", "other")
 TRACKER_TO_CATEGORY = {
     "Parameter": "params", "Sharded Param": "params", "Unsharded Param": "params",
     "Gradient": "grads", "Sharded Grad": "grads",

@@ -306,9 +306,18 @@ def all_pg_configs() -> Any:
 # ------------------------------------------------------------------------------ CUDA memory snapshot
 
 
+def memory_history_options(enabled: str | None, max_entries: int) -> dict[str, Any]:
+    """The arguments of `_record_memory_history`: Python stacks only. torch's default, stacks="all", also
+    records C++ frames, and symbolising those when the snapshot is dumped can take minutes on one rank while
+    the others wait in a collective with a 300 s timeout; the Python frames are what a reader follows."""
+    if enabled is None:
+        return {"enabled": None}
+    return {"enabled": enabled, "stacks": "python", "max_entries": max_entries}
+
+
 def record_memory_history(enabled: str | None, max_entries: int) -> None:
-    """Start (enabled="all") or stop (enabled=None) recording CUDA allocations with their stacks."""
-    _import("_record_memory_history")(enabled=enabled, max_entries=max_entries)
+    """Start (enabled="all") or stop (enabled=None) recording CUDA allocations with their Python stacks."""
+    _import("_record_memory_history")(**memory_history_options(enabled, max_entries))
 
 
 def dump_memory_snapshot(path: str) -> None:

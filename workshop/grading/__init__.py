@@ -1,0 +1,7 @@
+"""The grading room: what computes a graded reference, for the instructor's grading environment only.
+
+Its modules are left out of the course package a student installs (pyproject.toml excludes
+`workshop.grading`, so `pip install <checkout>` builds a wheel without them), while the instructor's editable
+install of the checkout (`pip install -e`, what `make venv` and docs/instructor.md's grading environment do)
+reads them from the checkout. tests/test_student_install.py builds that wheel and imports from it.
+"""
