@@ -393,10 +393,10 @@ memory_prediction""",
 _h, _V, _L = 4096, 250_880, 30                               # the text's BLOOM-7b1
 _block = 12 * _h**2 + 13 * _h                                # one block, 12h² + 13h (the printed formula)
 _P = _V * _h + 4 * _h + _L * _block                          # P = Vh + 4h + L(12h² + 13h), as printed
-# bf16 weights 2 B; gradients 4 B, copied from the Trainer's recipe of notebook 01 (its printed "4 + 4 + 8"),
-# not from the convention's dtype rule; the fp32 master copy 4 B; 8-bit AdamW's two moments 1 B each. (Issue 49
-# made the texts agree: a copier who applies the stated convention instead reaches the key; see docs/grading.md)
-_stored_bytes = 2 + 4 + 4 + 1 + 1
+# bf16 weights 2 B; gradients 2 B (the convention notebooks 01 and 02 state: a gradient is stored in the dtype of
+# its parameter); the fp32 master copy 4 B; 8-bit AdamW's two moments 1 B each (notebook 01's text). A strict
+# reader's copier applies the stated rule, and so reaches the key: issue 48's rebalancing is still to come.
+_stored_bytes = 2 + 2 + 4 + 1 + 1
 
 
 def _state_gib(n):
