@@ -88,6 +88,25 @@ def _say_if_failed(job: Any, state: Any) -> None:
               f"  log: {job.log_path}\n  diagnose: workshop diagnose {job.log_path}")
 
 
+def _say_slurms_final_states(jobs: Sequence[Any]) -> None:
+    """A job whose watch ended before Slurm's accounting confirmed it (its saved row said so): ask Slurm now,
+    which writes its final state into job.json, and say it beside the table. Never while grading (the saved
+    jobs are all there is)."""
+    if grading():
+        return
+    for job in jobs:
+        record = getattr(job, "record", None)
+        if record is None or record.settled or not record.job_state.finished:
+            continue
+        state = job.state()
+        if job.record.settled:
+            print(f"job {job.job_id}: Slurm's final state {state.value}, elapsed {job.elapsed() or 0:.0f} s "
+                  "(its job table above was saved before Slurm confirmed it)")
+        else:
+            print(f"job {job.job_id}: {state.value} by its log; Slurm's accounting has not confirmed it yet: "
+                  "run this cell again later")
+
+
 class Lab:
     """One assignment's jobs, on one site profile, with the notebook's parameter overrides."""
 
@@ -255,6 +274,7 @@ class Lab:
         if save:
             df.to_csv(Path("tables") / f"{save}.csv")
         self._say_the_gpu_figures(kind, jobs)
+        _say_slurms_final_states(jobs)
         return df
 
     def _say_the_gpu_figures(self, kind: str, jobs: Sequence[Any]) -> None:
