@@ -263,14 +263,16 @@ class Lab:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             df = build(kind, [self._source(j) for j in jobs], [self._source(b) for b in bandwidth])
-        notes = df.attrs.get("notes", [])
+        notes, speed = df.attrs.get("notes", []), df.attrs.get("speed_notes", [])
         if names is not None:
             if len(names) != len(df):
                 raise ValueError(f"{len(names)} names for {len(df)} rows")
             df.index = pd.Index(list(names), name="run")
         elif index is not None:
             df = df.set_index(index)
-        df.attrs["notes"] = notes
+        df.attrs["notes"], df.attrs["speed_notes"] = notes, speed
+        for note in speed:       # a figure the log shows otherwise, or a difference within the noise: why
+            print(f"note: {note}")
         if save:
             df.to_csv(Path("tables") / f"{save}.csv")
         self._say_the_gpu_figures(kind, jobs)
