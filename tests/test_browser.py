@@ -4,7 +4,8 @@ The student's first cells (up to the one that submits and watches the job) run t
 own "Run > Run All Above Selected Cell" menu, clicked with the mouse; the job runs on the local backend: while it
 runs, `Job.wait()`'s ipywidgets status widget shows its steps, and when it ends the plain job table takes the
 widget's place, showing COMPLETED. Then the student saves (Ctrl+S), the kernel shuts down and the notebook is
-opened again: no "Error displaying widget: model not found", the table is still there. A screenshot lands in `test-artifacts/browser-01_baseline.png`
+opened again: no "Error displaying widget: model not found", the table is still there. The Lab is configured as
+the Open OnDemand app configures a student's: no Nbgrader menu, no Create Assignment sidebar. A screenshot lands in `test-artifacts/browser-01_baseline.png`
 for a person to look at.
 
 Chromium is Debian's (scripts/install_browser.sh installs it as root); the test talks to it over
@@ -202,6 +203,22 @@ def _center_of(dev: DevTools, selector: str, text: str) -> tuple[float, float] |
         return null; }})()""")
 
 
+def _student_lab_as_the_ood_app_sets_it(jconf: Path, tmp: Path) -> None:
+    """The student's Lab of the Open OnDemand app (rendered here for example-hpc): its page config and server
+    extensions, with nbgrader's instructor tools off, in this server's own Jupyter config folder."""
+    import re
+
+    from tests.test_ood import _page_config
+    from workshop.course.ood import render_app
+
+    render_app("example-hpc", tmp / "ood-app")
+    before = (tmp / "ood-app" / "template" / "before.sh.erb").read_text()
+    (jconf / "labconfig").mkdir(parents=True, exist_ok=True)
+    (jconf / "labconfig" / "page_config.json").write_text(json.dumps(_page_config(before)))
+    server = re.search(r"^c\.ServerApp\.jpserver_extensions\.update\((\{.*\})\)$", before, flags=re.M).group(1)
+    (jconf / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"jpserver_extensions": eval(server)}}))
+
+
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
     """JupyterLab on 127.0.0.1 (random port, a token) serving a temp course copy; (base, token, notebook)."""
@@ -211,6 +228,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "jworkspaces"),
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     env["WORKSHOP_PROFILE"] = "local"     # the notebook's `profile = None` means this site's profile
+    _student_lab_as_the_ood_app_sets_it(tmp_path / "jconf", tmp_path)
     for rel, value in LAB_SETTINGS.items():
         (tmp_path / "jsettings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "jsettings" / rel).write_text(json.dumps(value))
@@ -325,6 +343,11 @@ def test_notebook_01_runs_in_a_real_browser_and_shows_the_job_widget(lab: tuple[
         kernel_name = dev.js("document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) "
                              ".jp-KernelName')?.textContent")
         assert kernel_name == expected, f"the toolbar shows kernel {kernel_name!r}, not {expected!r}"
+        # issue 54, point 2: a student's Lab has no Nbgrader menu and no Create Assignment sidebar
+        menus = dev.js("[...document.querySelectorAll('.lm-MenuBar-item')].map(m => m.textContent.trim())")
+        assert "Run" in menus and "Nbgrader" not in menus, menus
+        sidebars = dev.js("[...document.querySelectorAll('.jp-SideBar .lm-TabBar-tab')].map(t => t.title || t.textContent)")
+        assert not [t for t in sidebars if "Assignment" in t], sidebars
         tab = dev.js("document.querySelector('.lm-DockPanel-tabBar .lm-mod-current .lm-TabBar-tabLabel')"
                      "?.textContent")
         assert tab == notebook.name, f"the open tab is {tab!r}, not the notebook"
@@ -372,11 +395,12 @@ def test_notebook_01_runs_in_a_real_browser_and_shows_the_job_widget(lab: tuple[
 
         row = _wait_for("the job's table to show COMPLETED", table_done, JOB_S, interval=0.5)
         assert "baseline" in row and "local-1" in row, row
-        # while the job ran, the live widget showed its steps as a progress bar; when the watch ended the plain
-        # table took its place (the widget's output is gone, not hidden)
-        running = [w for w in widget_seen if w["bar"] is not None and w["bar"][0] > 0]
-        assert running, f"the live widget never showed the job's steps: {widget_seen[-3:]}"
-        assert all(w["bar"][0] <= w["bar"][1] for w in running), running[-3:]
+        # while the job ran, the live widget showed it running (its steps as a progress bar, once the log has
+        # one: 4 small steps may pass between two looks); when the watch ended the plain table took its place
+        # (the widget's output is gone, not hidden)
+        running = [w for w in widget_seen if "RUNNING" in w["head"]]
+        assert running, f"the live widget never showed the job running: {widget_seen[-3:]}"
+        assert all(w["bar"][0] <= w["bar"][1] for w in running if w["bar"]), running[-3:]
         assert not dev.js(WIDGET_STATE_JS), "the live widget is still in the job cell's output"
         _saved_and_reopened_without_dead_widgets(dev, base, token, notebook)
     finally:
@@ -411,9 +435,10 @@ def _saved_and_reopened_without_dead_widgets(dev: DevTools, base: str, token: st
     for session in json.load(urllib.request.urlopen(f"{base}/api/sessions?token={token}", timeout=5)):
         urllib.request.urlopen(urllib.request.Request(f"{base}/api/sessions/{session['id']}?token={token}",
                                                       method="DELETE"), timeout=30)
+    dev.js("window.__beforeReload = true")     # gone once the page has really loaded again
     dev.call("Page.reload", ignoreCache=True)
     _wait_for("the notebook to open again", lambda: dev.js(
-        "!!document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')"))
+        "!window.__beforeReload && !!document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook .jp-Cell')"))
     _wait_for("the saved job table to show", lambda: dev.js(
         "(() => { const t = document.querySelector('.jp-Notebook table.workshop-jobs');"
         " t?.scrollIntoView({block: 'center'}); return !!t; })()"))
