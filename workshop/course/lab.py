@@ -164,9 +164,13 @@ class Lab:
         Rows: (run, category) for params, grads, optimizer, activations, other, peak (and host_* under
         offload); columns predicted_mb, measured_mb, rel_error. `lab.plot("memory_categories", table)`
         draws it as stacked bars."""
-        from workshop.results.memory_compare import memory_table
+        from workshop.results.memory_compare import device_notes, memory_table
 
-        return memory_table([self._source(j) for j in jobs], names)
+        sources = [self._source(j) for j in jobs]
+        table = memory_table(sources, names)
+        for note in device_notes(sources, names):     # a prediction for the site's GPUs beside a CPU run: why
+            print(f"note: {note}")
+        return table
 
     def comm(self, jobs: Sequence[Any], names: Sequence[str] | None = None, predicted: Mapping[str, Any] | None = None,
              measure: str = "sent_elements") -> pd.DataFrame:
