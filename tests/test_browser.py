@@ -216,7 +216,12 @@ def _student_lab_as_the_ood_app_sets_it(jconf: Path, tmp: Path) -> None:
     (jconf / "labconfig").mkdir(parents=True, exist_ok=True)
     (jconf / "labconfig" / "page_config.json").write_text(json.dumps(_page_config(before)))
     server = re.search(r"^c\.ServerApp\.jpserver_extensions\.update\((\{.*\})\)$", before, flags=re.M).group(1)
-    (jconf / "jupyter_server_config.json").write_text(json.dumps({"ServerApp": {"jpserver_extensions": eval(server)}}))
+    # its terminals: bash with the app's terminal.bashrc, as before.sh sets them
+    assert "'--rcfile', '${PWD}/terminal.bashrc', '-i'" in before
+    shutil.copy(tmp / "ood-app" / "template" / "terminal.bashrc", tmp / "terminal.bashrc")
+    terminals = {"shell_command": [shutil.which("bash"), "--rcfile", str(tmp / "terminal.bashrc"), "-i"]}
+    (jconf / "jupyter_server_config.json").write_text(json.dumps(
+        {"ServerApp": {"jpserver_extensions": eval(server), "terminado_settings": terminals}}))
 
 
 @pytest.fixture
@@ -228,6 +233,8 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
                JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "jworkspaces"),
                OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
     env["WORKSHOP_PROFILE"] = "local"     # the notebook's `profile = None` means this site's profile
+    # what the OOD app's script.sh exports after the site's setup: the course's PATH, for the terminals
+    env["WORKSHOP_COURSE_PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     _student_lab_as_the_ood_app_sets_it(tmp_path / "jconf", tmp_path)
     for rel, value in LAB_SETTINGS.items():
         (tmp_path / "jsettings" / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -445,3 +452,27 @@ def _saved_and_reopened_without_dead_widgets(dev: DevTools, base: str, token: st
     time.sleep(2)      # a widget renderer reports a missing model at once; give it a moment all the same
     assert dev.js(DEAD_WIDGET_JS) == 0, "a reopened notebook shows 'Error displaying widget: model not found'"
     assert "COMPLETED" in (dev.js(TABLE_ROW_JS) or ""), dev.js(TABLE_ROW_JS)
+
+
+def test_a_terminal_of_the_students_lab_runs_the_courses_python(lab: tuple[str, str, Path], browser: DevTools,
+                                                                tmp_path: Path) -> None:
+    """Issue 54, point 1, in Chromium: the student opens a terminal of their Lab and types; `python`, `workshop`
+    and `jupyter` are the course's (a login shell had /etc/profile's PATH: "python: command not found")."""
+    base, token, _ = lab
+    dev = browser
+    dev.call("Page.navigate", url=f"{base}/lab?token={token}")
+    dev.click(*_wait_for("the Launcher's Terminal", lambda: _center_of(dev, ".jp-LauncherCard-label", "Terminal")))
+    box = _wait_for("the terminal to open", lambda: dev.js(
+        "(() => { const t = document.querySelector('.jp-Terminal:not(.lm-mod-hidden) .xterm-screen');"
+        " if (!t) return null; const r = t.getBoundingClientRect();"
+        " return r.width > 0 ? [r.x + r.width / 2, r.y + r.height / 2] : null; })()"))
+    out = tmp_path / "which.txt"
+    time.sleep(1)           # the shell's prompt
+    dev.click(*box)
+    dev.call("Input.insertText", text=f"command -v python workshop jupyter > {out}")
+    for kind in ("keyDown", "keyUp"):
+        dev.call("Input.dispatchKeyEvent", type=kind, key="Enter", code="Enter", windowsVirtualKeyCode=13,
+                 **({"text": "\r"} if kind == "keyDown" else {}))
+    _wait_for("the terminal's answer", lambda: out.is_file() and len(out.read_text().split()) == 3)
+    course_bin = str(Path(sys.executable).parent)
+    assert [str(Path(p).parent) for p in out.read_text().split()] == [course_bin] * 3, out.read_text()
