@@ -27,3 +27,13 @@ def test_a_local_jobs_rendezvous_port_is_not_handed_on() -> None:
     """The local backend gives each multi-node job its own port; a job submitted from inside one chooses anew."""
     out = scrubbed_env({"PATH": "/usr/bin", "WORKSHOP_RDZV_PORT": "23456", "WORKSHOP_SITE_PATH": "/usr/bin"})
     assert "WORKSHOP_RDZV_PORT" not in out and out["WORKSHOP_SITE_PATH"] == "/usr/bin"
+
+
+def test_the_shells_own_session_variables_are_not_handed_on() -> None:
+    """Issue 54, point 6: a student's terminal had `cd`'d, and every job inherited OLDPWD (the session's folder)."""
+    shell = {"OLDPWD": "/home/s/ondemand/session-1", "PWD": "/home/s/fsdp-workshop", "SHLVL": "3", "_": "/usr/bin/env",
+             "PS2": "> ", "PROMPT_COMMAND": "history -a", "HISTFILE": "/home/s/.bash_history", "COLUMNS": "120",
+             "LINES": "40"}
+    out = scrubbed_env({"PATH": "/usr/bin", "HOME": "/home/s", "USER": "s", **shell})
+    assert [k for k in shell if k in out] == []
+    assert out == {"PATH": "/usr/bin", "HOME": "/home/s", "USER": "s"}

@@ -12,6 +12,7 @@ import http.cookiejar
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,7 +196,8 @@ def test_the_scripts_are_valid_bash(app: Path, rel: str, tmp_path: Path) -> None
 
 def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
     """before.sh + script.sh as OOD runs them (its helpers stubbed, loopback only): the view's form
-    logs in behind /node/<host>/<port>/, and the server offers the course kernel by default. The
+    logs in behind /node/<host>/<port>/, and the server offers the course kernel by default; the student's
+    Lab loads none of nbgrader's instructor tools, and its terminal runs the course's python. The
     profile has no [env] setup and the session starts with OOD's --export=NONE environment (no course
     Python on PATH): the app activates the course environment it was rendered from."""
     home = tmp_path / "home"
@@ -211,6 +213,7 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
     port = rendezvous_port()  # below the ephemeral range: slurm/ports.py
     (session / "before.sh").write_text(erb_sample((app / "template/before.sh.erb").read_text()))
     (session / "script.sh").write_text(erb_sample((app / "template/script.sh.erb").read_text()))
+    shutil.copy(app / "template/terminal.bashrc", session)        # OOD copies the template folder as is
     # OOD's basic template: helpers, then before.sh sourced, then script.sh; every server on 127.0.0.1 here
     runner = f"""set -e
         host=127.0.0.1
@@ -222,7 +225,9 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
         printf '%s' "$password" > password
         exec bash ./script.sh"""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "WORKSHOP", "VIRTUAL_ENV"))}
-    env.update(HOME=str(home), USER="student", PATH="/usr/bin:/bin")
+    env.update(HOME=str(home), USER="student", PATH="/usr/bin:/bin", SHELL="/bin/bash")
+    # the student's own login file puts the system's folders first, as many do
+    (home / ".bash_profile").write_text('export PATH="/usr/local/bin:/usr/bin:/bin:$PATH"\n')
     log = open(session / "output.log", "wb")
     proc = subprocess.Popen(["bash", "-c", runner], cwd=session, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -258,6 +263,8 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
         assert specs["default"] == "fsdp-workshop"
         spec = specs["kernelspecs"]["fsdp-workshop"]["spec"]
         assert spec["display_name"] == "FSDP workshop (bloom_env)" and spec["argv"][0].startswith(sys.prefix)
+        _student_lab_has_no_instructor_tools(opener, base)
+        _a_terminal_runs_the_course_python(jar, base)
         contents = json.load(opener.open(f"{base}/api/contents", timeout=20))
         assert contents["path"] == "" and (home / "fsdp-workshop").is_dir()
         assert f"starting JupyterLab in {home / 'fsdp-workshop'}" in (session / "output.log").read_text()
@@ -273,3 +280,74 @@ def test_a_session_accepts_the_connect_button(tmp_path: Path) -> None:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+INSTRUCTOR_LAB = {"@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment", "@jupyter/nbgrader:course-list"}
+EXCHANGE_LAB = {"@jupyter/nbgrader:assignment-list", "@jupyter/nbgrader:validate-assignment"}
+
+
+def _page_config(before: str) -> dict:
+    return json.loads(before.split('labconfig/page_config.json" << \'EOL\'\n', 1)[1].split("\nEOL", 1)[0])
+
+
+@pytest.mark.parametrize("exchange", [False, True])
+def test_the_rendered_app_disables_the_instructor_extensions(exchange: bool, tmp_path: Path) -> None:
+    """Issue 54, point 2: the formgrader, Create Assignment and the course list never load in a student's Lab,
+    neither their JupyterLab plugins nor their server side; the assignment list and Validate stay where the site
+    uses nbgrader's exchange."""
+    profile = _site_profile(tmp_path)
+    profile.write_text(profile.read_text().replace("exchange = false", f"exchange = {str(exchange).lower()}"))
+    render_app(profile, tmp_path / "app")
+    before = (tmp_path / "app/template/before.sh.erb").read_text()
+    off = {k for k, v in _page_config(before)["disabledExtensions"].items() if v}
+    assert INSTRUCTOR_LAB <= off
+    assert EXCHANGE_LAB.isdisjoint(off) if exchange else EXCHANGE_LAB <= off
+    server = re.search(r"^c\.ServerApp\.jpserver_extensions\.update\((\{.*\})\)$", before, flags=re.M).group(1)
+    server_off = {k for k, v in eval(server).items() if v is False}      # a Python dict literal in config.py
+    assert {"nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"} <= server_off
+    assert ("nbgrader.server_extensions.assignment_list" in server_off) is not exchange
+
+
+def _student_lab_has_no_instructor_tools(opener: urllib.request.OpenerDirector, base: str) -> None:
+    """The live session: the Lab page's config lists nbgrader's instructor plugins as disabled, and the
+    formgrader's pages are not served (its server extension did not load)."""
+    page = opener.open(f"{base}/lab", timeout=20).read().decode()
+    config = json.loads(re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                                  page, flags=re.S).group(1))
+    assert INSTRUCTOR_LAB <= set(config["disabledExtensions"]), config["disabledExtensions"]
+    with pytest.raises(urllib.error.HTTPError) as err:
+        opener.open(f"{base}/formgrader", timeout=20)
+    assert err.value.code == 404
+
+
+def _a_terminal_runs_the_course_python(jar: http.cookiejar.CookieJar, base: str) -> None:
+    """Issue 54, point 1: a JupyterLab terminal of the session (through the server's own terminal API and
+    websocket, as the Lab's Terminal tab talks to it) resolves python, workshop and jupyter to the course's
+    environment, after the login files ran (the student's .bash_profile put /usr/bin first)."""
+    import websocket
+
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    req = urllib.request.Request(f"{base}/api/terminals", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    name = json.load(opener.open(req, timeout=20))["name"]
+    cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
+    ws = websocket.create_connection(f"{base.replace('http', 'ws', 1)}/terminals/websocket/{name}", timeout=60,
+                                     cookie=cookie, suppress_origin=True)
+    ws.settimeout(2)
+    try:
+        # the answer, between markers: each path, or "none" where the shell found no such command
+        ws.send(json.dumps(["stdin", "for c in python workshop jupyter; do printf '@@%s' \"$(command -v $c || echo none)\"; "
+                                     "done; echo '@@end'\r"]))
+        seen, deadline = "", time.monotonic() + 60
+        while not (found := re.search(r"@@(\S+)@@(\S+)@@(\S+)@@end", seen)):
+            assert time.monotonic() < deadline, f"the terminal printed: {seen[-2000:]!r}"
+            try:
+                msg = json.loads(ws.recv())
+            except websocket.WebSocketTimeoutException:
+                continue
+            if msg[0] == "stdout":
+                seen += msg[1]
+    finally:
+        ws.close()
+    course_bin = str(Path(sys.executable).parent)
+    assert [str(Path(p).parent) for p in found.groups()] == [course_bin] * 3, (found.groups(), seen[-2000:])

@@ -7,7 +7,8 @@ the rendered script.sh: the site's setup, the course's exports, the course kerne
 JupyterLab; here it executes notebook 05 instead (papermill, whose kernel then runs inside the session job as
 JupyterLab's would). Each of the test cluster's 2 nodes is one of the gate's 2 nodes, so the gate runs while
 the session holds a core of one of them: before ci's [bandwidth] exclusive = false it stayed PENDING
-(Resources) for as long as the session lived."""
+(Resources) for as long as the session lived. The saved notebook keeps no widget, and its job tables Slurm's
+final states (issue 54, points 3 and 4)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,14 @@ def test_notebook_05_runs_to_the_end_inside_a_session_on_the_gates_nodes(cluster
     nb = json.loads(notebook.read_text())
     errors = [o for c in nb["cells"] for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors, errors[:1]
+    # issue 54, points 3 and 4: no widget is saved (the plain table took each one's place: a reopened notebook
+    # would say "model not found"), and each saved row is Slurm's final state, not the log's provisional one
+    from tests.test_saved_job_table import saved_tables
+
+    outputs = [o for c in nb["cells"] for o in c.get("outputs", [])]
+    assert not [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    rows = [row for table in saved_tables(notebook) for row in table]
+    assert rows and not [row for row in rows if "by its log" in row["state"]], rows
     # the gate ran across both nodes while the session held a core of one of them
     gates = [json.loads(p.read_text()) for p in (out / "05_multi_node" / "jobs").glob("bandwidth-*/job.json")]
     assert gates and all(g["state"] == "COMPLETED" for g in gates), gates

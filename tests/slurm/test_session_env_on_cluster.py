@@ -8,7 +8,8 @@ and none of those reach it (sbatch hands a job the environment it was called wit
 Nor does the session's shell (issue 40, item 5): a session whose setup activated a virtualenv has
 VIRTUAL_ENV, VIRTUAL_ENV_PROMPT, PS1 and its bin folder first on PATH; the job starts from the PATH the
 OOD app recorded before that setup (WORKSHOP_SITE_PATH), each folder once, and its own setup adds what
-the profile names. PYTHONPATH is kept (sites and checkouts use it)."""
+the profile names. PYTHONPATH is kept (sites and checkouts use it). Nor the shell's own session variables
+(issue 54, point 6): OLDPWD (the folder the session's terminal was in before)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from workshop.slurm.profiles import PROFILES_DIR
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]
 SESSION = ["JPY_SESSION_NAME", "JPY_PARENT_PID", "JUPYTER_CONFIG_PATH", "CONFIG_FILE", "MPLBACKEND", "TERM", "PAGER",
-           "FORCE_COLOR", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1"]
+           "FORCE_COLOR", "VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1", "OLDPWD"]
 
 CELL = """
 import json, os
@@ -58,7 +59,7 @@ def test_a_job_submitted_from_a_kernel_inherits_nothing_of_the_jupyter_session(c
            "JUPYTER_CONFIG_PATH": str(session / "jupyter-config"), "CONFIG_FILE": str(session / "config.py"),
            "WORKSHOP_SLURM_MIN_POLL_S": "0.5", "PATH": session_path, "WORKSHOP_SITE_PATH": site_path,
            "VIRTUAL_ENV": str(session_venv), "VIRTUAL_ENV_PROMPT": "(session-venv) ", "PS1": "(session-venv) $ ",
-           "PYTHONPATH": pythonpath}
+           "PYTHONPATH": pythonpath, "OLDPWD": str(tmp_path)}  # a real folder: bash keeps it
     km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path), startup_timeout=180)
     outputs: list[str] = []
     try:

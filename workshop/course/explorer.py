@@ -80,37 +80,51 @@ def explore(model: str = "bloom-560m", batch_size: int = 8, max_length: int = 51
 
 
 def draw_breakdown(bd: Breakdown, title: str, fits: dict[str, bool]) -> Any:
-    """One stacked bar (categories) with the peak, host memory beside it, and each GPU's usable memory."""
+    """One stacked bar (categories) up to the peak, host memory beside it, and each GPU's usable memory.
+
+    Each category's figure is its own peak, and they are not alive at once (activations go before the
+    optimizer's state is written): their sum stands above the peak. That part is drawn faded, so the
+    solid bar ends at what the verdict compares with a GPU's line; the legend and the GPUs' labels stay
+    inside the figure, off the lines."""
     import matplotlib.pyplot as plt
 
     from workshop.results import plots  # noqa: F401  (chooses a headless backend when there is no display)
 
-    mb = bd.as_mb()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    bottom = 0.0
+    gib = {k: v / 1024 for k, v in bd.as_mb().items()}
+    fig, ax = plt.subplots(figsize=(8, 4))
+    bottom, peak = 0.0, gib["peak"]
     for j, category in enumerate(CATEGORIES):
-        ax.bar(0, mb[category] / 1024, 0.5, bottom=bottom, color=f"C{j}", label=category)
-        bottom += mb[category] / 1024
-    ax.plot([-0.25, 0.25], [mb["peak"] / 1024] * 2, color="black", label="peak (alive at once)")
-    if mb["ddp_buckets"]:  # outside the tracker's view, inside the GPU's
-        ax.bar(0, mb["ddp_buckets"] / 1024, 0.5, bottom=mb["peak"] / 1024, color="C5", hatch="//",
-               label="DDP gradient buckets")
-        ax.plot([-0.25, 0.25], [mb["gpu_peak"] / 1024] * 2, color="black", ls=":", label="GPU peak (+ buckets)")
-    if mb["host"]:
-        ax.bar(1, mb["host"] / 1024, 0.5, color="grey", label="host memory (offload)")
+        top = bottom + gib[category]
+        if bottom < peak:
+            ax.bar(0, min(top, peak) - bottom, 0.5, bottom=bottom, color=f"C{j}", label=category)
+        if top > peak:
+            low = max(bottom, peak)
+            ax.bar(0, top - low, 0.5, bottom=low, color=f"C{j}", alpha=0.25,
+                   label=None if bottom < peak else category)
+        bottom = top
+    if bottom > peak:
+        ax.bar(0, 0, 0.5, color="grey", alpha=0.25, label="faded: each category's own peak, not at once")
+    ax.plot([-0.25, 0.25], [peak] * 2, color="black", label="peak (alive at once)")
+    if gib["ddp_buckets"]:  # outside the tracker's view, inside the GPU's
+        ax.bar(0, gib["ddp_buckets"], 0.5, bottom=peak, color="C5", hatch="//", label="DDP gradient buckets")
+        ax.plot([-0.25, 0.25], [gib["gpu_peak"]] * 2, color="black", ls=":", label="GPU peak (+ buckets)")
+    if gib["host"]:
+        ax.bar(1, gib["host"], 0.5, color="grey", label="host memory (offload)")
     # one line and one label per memory size: GPUs of the same size (A100-80GB, H100-80GB) share them, as
-    # their labels would be drawn over each other
+    # their labels would be drawn over each other; right-aligned inside the axes
     for usable in sorted(set(GPUS.values())):
         names = [name for name, size in GPUS.items() if size == usable]
         fit = fits[names[0]]
         ax.axhline(usable / GiB, ls="--", lw=1, color="green" if fit else "red")
         verb = ("fits" if fit else "does not fit") if len(names) == 1 else ("fit" if fit else "do not fit")
-        ax.annotate(f"{', '.join(names)} {verb}", (1.3, usable / GiB), fontsize=7, va="bottom")
+        ax.annotate(f"{', '.join(names)} {verb}", (2.35, usable / GiB), fontsize=7, va="bottom", ha="right")
     ax.set_xticks([0, 1], ["per GPU", "host"])
     ax.set_xlim(-0.5, 2.4)
+    ax.set_ylim(0, max(bottom, gib["gpu_peak"], gib["host"], max(GPUS.values()) / GiB) * 1.08)
     ax.set_ylabel("GiB")
     ax.set_title(title, fontsize=8)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)   # beside, not on, the lines
+    fig.tight_layout()
     return fig
 
 
@@ -124,10 +138,10 @@ def memory_explorer() -> Any:
         result = explore(**settings)
         display(result.figure)
         plt.close(result.figure)
-        mb = result.mb
-        print("  ".join(f"{c} {mb[c]:,.0f} MB" for c in (*CATEGORIES, "peak")))
-        if mb["ddp_buckets"]:
-            print(f"DDP gradient buckets {mb['ddp_buckets']:,.0f} MB: GPU peak {mb['gpu_peak']:,.0f} MB")
+        gib = {k: v / 1024 for k, v in result.mb.items()}     # the figure's unit
+        print("  ".join(f"{c} {gib[c]:,.2f} GiB" for c in (*CATEGORIES, "peak")))
+        if gib["ddp_buckets"]:
+            print(f"DDP gradient buckets {gib['ddp_buckets']:,.2f} GiB: GPU peak {gib['gpu_peak']:,.2f} GiB")
         for note in result.notes:
             print(f"note: {note}")
         print("fits: " + ", ".join(f"{g} {'yes' if ok else 'no'}" for g, ok in result.fits.items()))
@@ -136,7 +150,7 @@ def memory_explorer() -> Any:
             for g in GPUS))
         return result  # the widget keeps it as `.result`
 
-    return widgets.interactive(
+    explorer = widgets.interactive(
         show,
         model=widgets.Dropdown(options=list(MODELS), value="bloom-560m"),
         batch_size=widgets.IntSlider(value=8, min=1, max=64),
@@ -149,6 +163,9 @@ def memory_explorer() -> Any:
         loss=widgets.Dropdown(options=LOSSES, value="full"),
         answer_length=widgets.IntSlider(value=ANSWER_LENGTH, min=1, max=64),
     )
+    for control in explorer.kwargs_widgets:     # each label whole: "answer_le..." was cut at the default width
+        control.style.description_width = "initial"
+    return explorer
 
 
 def front_end() -> bool:

@@ -88,6 +88,25 @@ def _say_if_failed(job: Any, state: Any) -> None:
               f"  log: {job.log_path}\n  diagnose: workshop diagnose {job.log_path}")
 
 
+def _say_slurms_final_states(jobs: Sequence[Any]) -> None:
+    """A job whose watch ended before Slurm's accounting confirmed it (its saved row said so): ask Slurm now,
+    which writes its final state into job.json, and say it beside the table. Never while grading (the saved
+    jobs are all there is)."""
+    if grading():
+        return
+    for job in jobs:
+        record = getattr(job, "record", None)
+        if record is None or record.settled or not record.job_state.finished:
+            continue
+        state = job.state()
+        if job.record.settled:
+            print(f"job {job.job_id}: Slurm's final state {state.value}, elapsed {job.elapsed() or 0:.0f} s "
+                  "(its job table above was saved before Slurm confirmed it)")
+        else:
+            print(f"job {job.job_id}: {state.value} by its log; Slurm's accounting has not confirmed it yet: "
+                  "run this cell again later")
+
+
 class Lab:
     """One assignment's jobs, on one site profile, with the notebook's parameter overrides."""
 
@@ -145,9 +164,13 @@ class Lab:
         Rows: (run, category) for params, grads, optimizer, activations, other, peak (and host_* under
         offload); columns predicted_mb, measured_mb, rel_error. `lab.plot("memory_categories", table)`
         draws it as stacked bars."""
-        from workshop.results.memory_compare import memory_table
+        from workshop.results.memory_compare import device_notes, memory_table
 
-        return memory_table([self._source(j) for j in jobs], names)
+        sources = [self._source(j) for j in jobs]
+        table = memory_table(sources, names)
+        for note in device_notes(sources, names):     # a prediction for the site's GPUs beside a CPU run: why
+            print(f"note: {note}")
+        return table
 
     def comm(self, jobs: Sequence[Any], names: Sequence[str] | None = None, predicted: Mapping[str, Any] | None = None,
              measure: str = "sent_elements") -> pd.DataFrame:
@@ -244,17 +267,20 @@ class Lab:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             df = build(kind, [self._source(j) for j in jobs], [self._source(b) for b in bandwidth])
-        notes = df.attrs.get("notes", [])
+        notes, speed = df.attrs.get("notes", []), df.attrs.get("speed_notes", [])
         if names is not None:
             if len(names) != len(df):
                 raise ValueError(f"{len(names)} names for {len(df)} rows")
             df.index = pd.Index(list(names), name="run")
         elif index is not None:
             df = df.set_index(index)
-        df.attrs["notes"] = notes
+        df.attrs["notes"], df.attrs["speed_notes"] = notes, speed
+        for note in speed:       # a figure the log shows otherwise, or a difference within the noise: why
+            print(f"note: {note}")
         if save:
             df.to_csv(Path("tables") / f"{save}.csv")
         self._say_the_gpu_figures(kind, jobs)
+        _say_slurms_final_states(jobs)
         return df
 
     def _say_the_gpu_figures(self, kind: str, jobs: Sequence[Any]) -> None:

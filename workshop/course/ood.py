@@ -33,7 +33,7 @@ from workshop.slurm.render import shell_value
 
 OOD_DIR = SLURM_DIR / "ood"
 FILES = ("manifest.yml", "form.yml.erb", "submit.yml.erb", "template/before.sh.erb",
-         "template/script.sh.erb", "view.html.erb")
+         "template/script.sh.erb", "template/terminal.bashrc", "view.html.erb")
 _PLACEHOLDER = re.compile(r"@\{([a-z_]+)\}")
 _MEM_MB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
@@ -45,6 +45,27 @@ def _q(text: str) -> str:
 
 def _mem_mb(mem: str) -> int:
     return int(int(mem[:-1]) * _MEM_MB[mem[-1]]) if mem else 0
+
+
+# nbgrader's parts in JupyterLab: (its labextension's plugins, its server extensions). A session of this app is
+# a student's: the instructor's tools never load there (the formgrader reads the gradebook, Create Assignment
+# edits grade cells, the course list lists the instructor's courses). The assignment list and Validate are
+# the student's side of nbgrader's exchange: they stay where the site uses it ([ood] exchange).
+NBGRADER_INSTRUCTOR = (("@jupyter/nbgrader:formgrader", "@jupyter/nbgrader:create-assignment",
+                        "@jupyter/nbgrader:course-list"),
+                       ("nbgrader.server_extensions.formgrader", "nbgrader.server_extensions.course_list"))
+NBGRADER_EXCHANGE = (("@jupyter/nbgrader:menu", "@jupyter/nbgrader:assignment-list",
+                      "@jupyter/nbgrader:validate-assignment"),
+                     ("nbgrader.server_extensions.assignment_list", "nbgrader.server_extensions.validate_assignment"))
+
+
+def disabled_extensions(exchange: bool) -> tuple[list[str], list[str]]:
+    """(JupyterLab plugins, server extensions) a student's session turns off."""
+    lab, server = list(NBGRADER_INSTRUCTOR[0]), list(NBGRADER_INSTRUCTOR[1])
+    if not exchange:
+        lab += NBGRADER_EXCHANGE[0]
+        server += NBGRADER_EXCHANGE[1]
+    return lab, server
 
 
 SESSION_STEP_MIN = 15      # the form's minutes go in steps of this; the shortest session
@@ -95,8 +116,11 @@ def site_values(profile: Profile, cluster: str | None = None, course_dir: str = 
     exports += ["export HF_HUB_OFFLINE=1", "export HF_DATASETS_OFFLINE=1"]   # a compute node: the cache only
     exports.append(f"export WANDB_MODE={shlex.quote(profile.wandb_mode)}")
     exports += [f"export {k}={shell_value(v)}" for k, v in profile.env.items()]
+    lab_off, server_off = disabled_extensions(profile.session_exchange)
     return {
         "profile": profile.name,
+        "disabled_labextensions": json.dumps({"disabledExtensions": dict.fromkeys(lab_off, True)}),
+        "disabled_server_extensions": repr(dict.fromkeys(server_off, False)),
         "site": profile.description or profile.name,
         "cluster": _q(cluster or profile.name),
         "course_dir": _q(course_dir),

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import pandas as pd
 
 from workshop.results.logs import load_named
-from workshop.results.memory import compare
+from workshop.results.memory import MB, compare
 from workshop.training.categories import CATEGORIES, HOST
 
 SHOWN = (*CATEGORIES, "peak", *HOST)
@@ -34,3 +34,26 @@ def memory_table(runs: Sequence[Any], names: Sequence[str] | None = None) -> pd.
         rows = [r for r in compare(summary, config) if r["rank"] == busiest and r["category"] in SHOWN]
         frames.append(pd.DataFrame([{"run": label, **r} for r in rows]))
     return pd.concat(frames).set_index(["run", "category"])
+
+
+def device_notes(runs: Sequence[Any], names: Sequence[str] | None = None) -> list[str]:
+    """Where a run was predicted for the site's GPUs but ran on CPU ranks (a course site whose GPUs this machine
+    lacks): its measured params sit below the prediction for the site, and nothing said why. FSDP2 holds one
+    block gathered at a time on a CPU rank, two on a GPU (the next block's all-gather overlaps this one's
+    compute): the difference is one block in the compute dtype. The table beside is at the device it ran on."""
+    from workshop.results.memory import estimate_config
+
+    notes = []
+    for label, log in load_named(runs, names):
+        config, ran_on = log.config or {}, (log.summary or {}).get("device")
+        if not config or ran_on != "cpu" or config.get("device", "auto") == "cpu":
+            continue
+        params_only = {**config, "loss": "full"}      # what is gathered does not depend on the loss
+        site, here = estimate_config(params_only), estimate_config({**params_only, "device": "cpu"})
+        if abs(site.params - here.params) < 1:
+            continue
+        notes.append(f"{label}: ran on CPU ranks, while the site's predictions (yours, the model's) are for its GPUs: "
+                     f"params {here.params / MB:.2f} MB on a CPU rank (what it measured), {site.params / MB:.2f} MB on "
+                     "a GPU, which holds one block more, gathered ahead while the block before computes (FSDP2's "
+                     "prefetch; a CPU rank gathers one block at a time)")
+    return notes

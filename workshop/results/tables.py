@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import pandas as pd
 
 from workshop.results.logs import ParsedLog, load
+from workshop.results.speed_notes import speed_notes
 from workshop.slurm.records import CHECKPOINT_EXIT
 from workshop.training.categories import CATEGORIES
 
@@ -369,6 +370,28 @@ STEPS = {"baseline", "fsdp", "strategies", "scaling", "multinode"}
 
 
 def build(step: str, sources: Sequence[RunLike], bandwidth: Sequence[RunLike] = ()) -> pd.DataFrame:
+    """The exercise table of `step`; `attrs["speed_notes"]` say why its samples/s differ from the logs' step
+    lines, and which speed differences are within the runs' noise (workshop.results.speed_notes)."""
+    df = _build(step, sources, bandwidth)
+    column = next((c for c in ("samples_per_s", "train_samples_per_s") if c in df.columns), None)
+    facts = _facts(sources)
+    df.attrs["speed_notes"] = []
+    if column is None or len(facts) != len(df):
+        return df
+    strategies = list(df["strategy"]) if "strategy" in df.columns else [None] * len(df)
+    # a run's name as the reader knows it: its label, else (several runs named alike) its strategy, else its place
+    labels = [str(x) for x in df.index]
+    if len(set(labels)) < len(labels):
+        labels = [str(s) if s else f"run {i + 1}" for i, s in enumerate(strategies)]
+    if len(set(labels)) < len(labels):
+        labels = [f"run {i + 1} ({label})" for i, label in enumerate(labels)]
+    reference = 0 if step == "fsdp" else next((i for i, s in enumerate(strategies) if s == "full_shard"), None) \
+        if step == "strategies" else None
+    df.attrs["speed_notes"] = speed_notes(labels, [f.log for f in facts], [_num(v) for v in df[column]], reference)
+    return df
+
+
+def _build(step: str, sources: Sequence[RunLike], bandwidth: Sequence[RunLike] = ()) -> pd.DataFrame:
     if step == "baseline":
         return baseline_table(sources)
     if step == "fsdp":

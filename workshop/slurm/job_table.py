@@ -1,10 +1,10 @@
 """The jobs of a cell as a plain table, the record a saved notebook keeps.
 
-The live display is a widget: it updates while the notebook goes on, but a widget's saved output is
-only `HTML(value='')`, so papermill's output, nbgrader's feedback and a reopened notebook lost which
-jobs ran, how long they took and how they ended. When the watch ends, this table is displayed once as
-ordinary output (HTML, and text for a terminal or a diff), with the rows also in the output's metadata
-(`workshop.jobs`) for a program to read.
+The live display is a widget: it updates while the watch runs, but a widget's saved output is only a
+reference to a model in the kernel ("model not found" once the notebook is reopened), so papermill's
+output, nbgrader's feedback and a reopened notebook lost which jobs ran, how long they took and how they
+ended. When the watch ends, this table replaces the widget in its output (HTML, and text for a terminal
+or a diff), with the rows also in the output's metadata (`workshop.jobs`) for a program to read.
 """
 
 from __future__ import annotations
@@ -53,14 +53,7 @@ def bundle(table: list[dict[str, str]]) -> tuple[dict[str, str], dict[str, Any]]
     return {"text/html": to_html(table), "text/plain": to_text(table)}, {META_KEY: {"jobs": table}}
 
 
-def display_table(table: list[dict[str, str]]) -> Any:
-    """Show the table as plain output; the display handle, to update it when Slurm confirms."""
-    from IPython.display import display
-
-    data, metadata = bundle(table)
-    return display(data, metadata=metadata, raw=True, display_id=True)
-
-
 def update_table(handle: Any, table: list[dict[str, str]]) -> None:
+    """Put the table in the output of `handle` (a display handle): the widget's, or the table's own again."""
     data, metadata = bundle(table)
     handle.update(data, metadata=metadata, raw=True)

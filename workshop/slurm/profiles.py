@@ -111,6 +111,7 @@ class Profile:
     session_cpus: int = 2                         # [ood] cpus: a notebook kernel's cores
     session_mem: str = "4G"                       # [ood] mem: a notebook kernel's memory
     session_reservation: str = ""                 # [ood] reservation: one that holds the session partition's nodes
+    session_exchange: bool = False                # [ood] exchange: students fetch and submit through nbgrader's exchange
     watch_kernels: int = 0                        # [slurm.watch] kernels: notebook kernels watching jobs at once
     watch_sacct_per_s: float = 1.0                # [slurm.watch] sacct_per_s: sacct calls/s the site allows them all
     instructor_steps: tuple[str, ...] = ()        # [course]: steps whose every job is the instructor's (e.g. strategies)
@@ -506,7 +507,8 @@ def _parse_ood(ood: dict[str, Any], partitions: Mapping[str, Partition], source:
     cpus = _take(ood, "cpus", int, 2, source, where)
     mem = _take(ood, "mem", str, "4G", source, where)
     reservation = _take(ood, "reservation", str, "", source, where)
-    _no_leftovers(ood, source, where, "partition, cpus, mem, reservation")
+    exchange = _take(ood, "exchange", bool, False, source, where)
+    _no_leftovers(ood, source, where, "partition, cpus, mem, reservation, exchange")
     if not re.fullmatch(r"[A-Za-z0-9_.,-]*", reservation):
         raise ProfileError(source, where + "reservation", f"{reservation!r} is not a reservation name",
                            "use the name `scontrol show reservation` prints")
@@ -524,7 +526,8 @@ def _parse_ood(ood: dict[str, Any], partitions: Mapping[str, Partition], source:
     if key and partitions[key].mem_per_node and mem_mb(mem) > mem_mb(partitions[key].mem_per_node):
         raise ProfileError(source, where + "mem", f"{mem} is more than a node of {key!r} has "
                            f"({partitions[key].mem_per_node})", "a notebook kernel needs a few GB: write e.g. \"4G\"")
-    return {"session_partition": key, "session_cpus": cpus, "session_mem": mem, "session_reservation": reservation}
+    return {"session_partition": key, "session_cpus": cpus, "session_mem": mem, "session_reservation": reservation,
+            "session_exchange": exchange}
 
 
 def _coerce_run(values: dict[str, Any], source: str, where: str) -> dict[str, Any]:

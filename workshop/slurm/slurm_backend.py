@@ -32,16 +32,20 @@ _SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_",
                    # JPY_INTERRUPT_EVENT, IPY_INTERRUPT_EVENT), its configuration (JUPYTER_CONFIG_PATH, ...)
                    "JPY_", "IPY_", "JUPYTER_", "PYDEVD_")
 # What ipykernel sets for its own process (zmqshell's init_environment, kernelapp's matplotlib backend),
-# and the OOD app's config file of the session's server
+# and the OOD app's config file of the session's server and its terminals' PATH
 _SESSION_NAMES = {"MPLBACKEND", "TERM", "CLICOLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "PAGER", "GIT_PAGER",
-                  "CONFIG_FILE"}
+                  "CONFIG_FILE", "WORKSHOP_COURSE_PATH"}
 _KEEP = {"SLURM_CONF"}   # which cluster to talk to, not an option of the surrounding job
 # A local multi-node job's own rendezvous port (set by local_backend, read by slurm/templates/rendezvous.sh):
 # never handed on to a job submitted from inside it
 LOCAL_RDZV_PORT = "WORKSHOP_RDZV_PORT"
 # The session's shell: a virtualenv's activation (its prompt and its marker; the job's own setup activates
-# what the site's profile names) and the prompt. PYTHONPATH stays: sites and engineers' checkouts use it.
-_SHELL_NAMES = {"VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1", "_OLD_VIRTUAL_PATH", "_OLD_VIRTUAL_PS1"}
+# what the site's profile names), the prompts, and what the shell keeps of its own session: the folder it
+# was in before (OLDPWD: the student's session folder reached every job), its working folder (a job's is
+# Slurm's --chdir), its depth, last argument, history file and window size. PYTHONPATH stays: sites and
+# engineers' checkouts use it.
+_SHELL_NAMES = {"VIRTUAL_ENV", "VIRTUAL_ENV_PROMPT", "PS1", "PS2", "PS4", "PROMPT_COMMAND", "_OLD_VIRTUAL_PATH",
+                "_OLD_VIRTUAL_PS1", "OLDPWD", "PWD", "SHLVL", "_", "HISTFILE", "COLUMNS", "LINES"}
 # The PATH the session had before its own setup ran: the OOD app's script exports it (slurm/ood/template)
 SITE_PATH = "WORKSHOP_SITE_PATH"
 

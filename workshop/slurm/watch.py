@@ -6,9 +6,12 @@ job says (read every 0.2 s, so a wait ends as soon as its last job does): its ow
 most once per interval for all watched jobs together) for everything a log cannot say. Elapsed
 times count from the job's own start stamp (its log's `[job] start`, to the millisecond) to its
 `[job] end` until Slurm answers; then they are the scheduler's. When Slurm's accounting does not answer, the display says so and goes
-on following the logs. Once every job has ended by its log, the wait returns; Slurm's confirmation
-(its final state and elapsed time) comes one query slot later: a widget keeps updating until then
-while the notebook goes on, a terminal waits for it.
+on following the logs. Once every job has ended by its log, the wait gives Slurm one query slot to
+confirm it (its final state and elapsed time), so what is saved is Slurm's word; where accounting has not
+answered by then, the saved row says so, and the table is updated in place when it does.
+
+In a notebook the widget lives only while the watch runs: when it ends, the plain table
+(workshop.slurm.job_table) replaces it in the same output, so a saved notebook holds no widget.
 """
 
 from __future__ import annotations
@@ -96,45 +99,66 @@ def trouble(jobs: Mapping[str, "Job"]) -> str:
     return ""
 
 
-def _widget_view(jobs: Mapping[str, "Job"]) -> View:
-    """One HTML table: a row per job (state, steps as a progress bar, elapsed, last log line)."""
-    import ipywidgets as w
-    from IPython.display import display
-    table = w.HTML()
-    # the widget's own saved form would read "HTML(value='')": say what it was, the plain table follows
-    bundle = {**table._repr_mimebundle_(),
-              "text/plain": "(the live job display, an HTML widget; the job table below is its record)"}
-    display(bundle, raw=True)
-    colours = {"COMPLETED": "#1a7f37", "RUNNING": "#0969da", "PENDING": "#6e7781", "CHECKPOINTED": "#9a6700"}
+class _WidgetView:
+    """One HTML table widget: a row per job (state, steps as a progress bar, elapsed, last log line), shown
+    while the watch runs. When the watch ends, the plain table (workshop.slurm.job_table) takes its place in
+    the same output: a widget's saved output is only a reference to a model that lives in the kernel, so a
+    saved and reopened notebook (the collected submission, its feedback) showed "Error displaying widget:
+    model not found" above the table."""
 
-    def update(states: Mapping[str, JobState], note: str) -> None:
+    def __init__(self, jobs: Mapping[str, "Job"]) -> None:
+        import ipywidgets as w
+        from IPython.display import display
+        self.jobs = jobs
+        self.table = w.HTML()
+        # while the watch runs, a reader without widgets (a terminal, a diff) sees what this output is
+        bundle = {**self.table._repr_mimebundle_(),
+                  "text/plain": "(the live job display, an HTML widget: the job table replaces it when the watch ends)"}
+        self.handle = display(bundle, raw=True, display_id=True)
+
+    def __call__(self, states: Mapping[str, JobState], note: str) -> None:
         rows = []
-        for name, job in jobs.items():
+        for name, job in self.jobs.items():
             state = states[name]
             prog = job.progress()
             bar = (f'<progress value="{prog[0]}" max="{max(prog[1], 1)}"></progress> {prog[0]}/{prog[1]}'
                    if prog else "")
-            colour = colours.get(state.value, "#cf222e")
+            colour = _COLOURS.get(state.value, "#cf222e")
             rows.append(f"<tr><td><b>{html.escape(str(name))}</b></td><td><code>{html.escape(job.job_id)}</code></td>"
                         f'<td style="color:{colour}"><b>{html.escape(_state_words(job, state))}</b></td>'
                         f"<td>{bar}</td><td>{_fmt_elapsed(job.elapsed())}</td>"
                         f"<td><code>{html.escape(_last_line(job, state))}</code></td></tr>")
         foot = f'<p style="color:#9a6700">&#9888; {html.escape(note)}</p>' if note else ""
-        table.value = ("<table><tr><th>run</th><th>job</th><th>state</th><th>steps</th><th>elapsed</th>"
-                       f"<th>last log line</th></tr>{''.join(rows)}</table>{foot}")
-    return update
+        self.table.value = ("<table><tr><th>run</th><th>job</th><th>state</th><th>steps</th><th>elapsed</th>"
+                            f"<th>last log line</th></tr>{''.join(rows)}</table>{foot}")
+
+    def end(self, states: Mapping[str, JobState]) -> Any:
+        """The watch ended: the plain table replaces the widget in its output, and the widget's model goes."""
+        from workshop.slurm.job_table import update_table
+        update_table(self.handle, _record(self.jobs, states))
+        self.table.close()
+        return self.handle
+
+
+def _widget_view(jobs: Mapping[str, "Job"]) -> _WidgetView:
+    return _WidgetView(jobs)
+
+
+_COLOURS = {"COMPLETED": "#1a7f37", "RUNNING": "#0969da", "PENDING": "#6e7781", "CHECKPOINTED": "#9a6700"}
+
+
+def _final_words(job: "Job", state: JobState) -> str:
+    """The state a saved table keeps: Slurm's final word, or, where accounting had not given it when the watch
+    stopped waiting, what is missing (the log's word stays until `lab.table` or `job.state()` reads Slurm's)."""
+    if job.record.state_from == "log" and state.finished:
+        return (f"{state.value} by its log; Slurm's accounting had not confirmed it when the watch ended "
+                "(lab.table or job.state() reads the final state)")
+    return _state_words(job, state)
 
 
 def _record(jobs: Mapping[str, "Job"], states: Mapping[str, JobState]) -> list[dict[str, str]]:
     from workshop.slurm.job_table import rows
-    return rows(jobs, states, _state_words, _fmt_elapsed, _last_line)
-
-
-def _show_record(jobs: Mapping[str, "Job"], states: Mapping[str, JobState]) -> Any:
-    """When the watch ends: the jobs as plain output, which the saved notebook keeps (a widget's saved output
-    is empty). The widget stays above it: it goes on showing Slurm's confirmation as it comes."""
-    from workshop.slurm.job_table import display_table
-    return display_table(_record(jobs, states))
+    return rows(jobs, states, _final_words, _fmt_elapsed, _last_line)
 
 
 def _text_view(jobs: Mapping[str, "Job"]) -> View:
@@ -162,12 +186,13 @@ def _text_view(jobs: Mapping[str, "Job"]) -> View:
 
 def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: float | None = None,
              quiet: bool = False) -> dict[str, JobState]:
-    """Until every job has ended or `timeout` seconds pass; each job's last state."""
+    """Until every job has ended (and Slurm has confirmed it, for one query slot at most) or `timeout`
+    seconds pass; each job's last state."""
     from workshop.slurm.slurm_backend import POLLER
     interval = poll if poll is not None else 1.0
     start = time.monotonic()
-    widget = not quiet and in_notebook()
-    view = None if quiet else (_widget_view(jobs) if widget else _text_view(jobs))
+    widget = _widget_view(jobs) if not quiet and in_notebook() else None
+    view: View | None = None if quiet else (widget or _text_view(jobs))
     confirm_until = None
     shown: tuple[float, Any] | None = None      # when the display was last drawn, and what it showed
     while True:
@@ -179,47 +204,44 @@ def wait_all(jobs: Mapping[str, "Job"], timeout: float | None = None, poll: floa
             view(states, note)
             shown = (time.monotonic(), (states, note))
         timed_out = timeout is not None and time.monotonic() - start >= timeout
-        if timed_out or not all(s.finished for s in states.values()):
-            if timed_out:
-                if widget:
-                    _show_record(jobs, states)   # still running: the widget goes on
-                return states
-        else:
-            # every job ended; those only their log has ended get Slurm's word when it comes: a widget
-            # keeps updating while the next cells run, a terminal waits for it (one query slot at most)
-            if all(job.record.settled for job in jobs.values()):
-                if widget:
-                    _show_record(jobs, states)
-                return states
-            if widget:
-                handle = _show_record(jobs, states)
-                threading.Thread(target=_confirm, args=(jobs, view, interval, POLLER.interval() * 6, handle),
-                                 daemon=True).start()
-                return states
+        if all(s.finished for s in states.values()) and not timed_out:
+            # every job ended; those only their log has ended get Slurm's word, for one query slot at most
+            # (bounded: an accounting outage must not hold the notebook): a saved state is Slurm's final one
             confirm_until = confirm_until or time.monotonic() + POLLER.interval() + 2 * interval
-            if time.monotonic() >= confirm_until or (POLLER.trouble and POLLER.due_in() > 0):
-                return states
+            unsettled = not all(job.record.settled for job in jobs.values())
+            if unsettled and time.monotonic() < confirm_until and not (POLLER.trouble and POLLER.due_in() > 0):
+                time.sleep(min(interval, STATE_CHECK_S))
+                continue
+            if widget:
+                handle = widget.end(states)
+                if unsettled:     # the plain table takes Slurm's word when it comes, while the notebook goes on
+                    threading.Thread(target=_confirm, args=(jobs, interval, POLLER.interval() * 6, handle),
+                                     daemon=True).start()
+            return states
+        if timed_out:
+            if widget:
+                widget.end(states)
+            return states
         # states are read often (a job's files; Slurm only through the rate-limited poller), so the
         # cell moves on as soon as the last job ends: a whole `interval` here cost each cell ~0.7 s
         time.sleep(min(interval, STATE_CHECK_S))
 
 
-def _confirm(jobs: Mapping[str, "Job"], view: View, interval: float, seconds: float, handle: Any = None) -> None:
-    """Keep a widget updating until Slurm has confirmed every job (or `seconds` pass), then the plain table
-    too (a papermill run updates it in place; a browser shows the widget's confirmation)."""
+def _confirm(jobs: Mapping[str, "Job"], interval: float, seconds: float, handle: Any) -> None:
+    """After the watch: follow Slurm until it has confirmed every job (or `seconds` pass), then update the
+    plain table in place (a papermill run and a browser both keep the update)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(interval)
-        states = {name: job.state() for name, job in jobs.items()}
-        view(states, trouble(jobs))
+        for job in jobs.values():
+            job.state()
         if all(job.record.settled for job in jobs.values()):
             break
-    if handle is not None:
-        from workshop.slurm.job_table import update_table
-        try:
-            update_table(handle, _record(jobs, {name: job.state() for name, job in jobs.items()}))
-        except Exception:      # the kernel is shutting down: the table keeps the logs' word
-            pass
+    from workshop.slurm.job_table import update_table
+    try:
+        update_table(handle, _record(jobs, {name: job.state() for name, job in jobs.items()}))
+    except Exception:      # the kernel is shutting down: the table keeps the logs' word
+        pass
 
 
 def wait(job: "Job", timeout: float | None = None, poll: float | None = None, quiet: bool = False) -> JobState:
