@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output", default="results", help="results folder (default: results)")
     parser.add_argument("--profile", default="local", help="site profile the jobs run on (default: local)")
-    parser.add_argument("--only", default="", help="comma-separated notebook numbers or names, e.g. 01,03")
+    parser.add_argument("--only", default=os.environ.get("WORKSHOP_COURSE_ONLY", ""),
+                        help="comma-separated notebook numbers or names, e.g. 01,03 (default: $WORKSHOP_COURSE_ONLY, "
+                             "else every notebook: a test narrows the guide's dry run, typed as written, with it)")
     parser.add_argument("--set", dest="overrides", default="{}",
                         help='JSON run settings for every job, e.g. \'{"epochs": 1}\'')
     parser.add_argument("--log-output", action="store_true", help="stream each cell's output")
