@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -25,6 +27,8 @@ class Course:
         self.db = root / "gradebook.db"
         self.api = NbGraderAPI(config=nbgrader_config(root, root / "notebooks", self.db))
         self.generated: set[str] = set()
+        # what the instructor's one command printed when it graded this class (grade_the_class): its progress lines
+        self.grade_output = ""
 
     def generate(self, assignment: str) -> Path:
         if assignment not in self.generated:
@@ -99,7 +103,12 @@ def grade_the_class(course: Course, assignments: str) -> tuple[dict[tuple[str, s
 
     from workshop.course.grade import main
 
-    assert main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"]) == 0
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        rc = main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"])
+    course.grade_output = printed.getvalue()
+    print(course.grade_output, end="")
+    assert rc == 0, course.grade_output[-4000:]
     rows = {(r["student"], r["assignment"]): {"score": float(r["score"]), "verified_score": float(r["verified_score"]),
                                               "flags": int(r["flags"]), "flag_reasons": r["flag_reasons"]}
             for r in csv.DictReader((course.root / "grades.csv").open())}

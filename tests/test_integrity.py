@@ -229,6 +229,20 @@ def exploits(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
     return course, {student: row for (student, _), row in grade_the_class(course, A)[0].items()}
 
 
+def test_a_class_of_submissions_of_one_notebook_is_graded_in_order_with_progress(exploits: tuple[Course, dict]) -> None:
+    """A class at scale (tests/test_grade_scale.py graded six copies of the run in a class of its own until issue 51:
+    this class, graded once, is that class): many submissions of one notebook, graded by the instructor's one
+    command with `--jobs 2`, every one graded, in order, one progress line each, the executed solution handed in
+    (alice, and grace's copy of it) at full marks. How fast is a benchmark's question, not a test's:
+    `benchmarks/grade_class.py` grades 100 submissions on a quiet machine."""
+    course, rows = exploits
+    progress = re.findall(r"^\[autograde (\d+)/(\d+)\] ", course.grade_output, flags=re.M)
+    assert [int(i) for i, _ in progress] == list(range(1, len(EXPLOITS) + 1)), course.grade_output[-3000:]
+    assert {int(n) for _, n in progress} == {len(EXPLOITS)}
+    assert set(rows) == set(EXPLOITS) and len(EXPLOITS) >= 6
+    assert rows["alice"]["score"] == rows["grace"]["score"] == full(course)
+
+
 def test_redefined_checker_wins_nothing(exploits: tuple[Course, dict]) -> None:
     course, rows = exploits
     columns = rows["mallory"]
