@@ -2,9 +2,10 @@
 # Run the whole test suite. As root, the Slurm test cluster (tests/slurm/cluster.sh) is brought up
 # by the tests themselves; elsewhere the Slurm tests say why they cannot run.
 #
-# With no arguments the suite runs as three pytest processes side by side: the Slurm tests
+# With no arguments the suite runs as four pytest processes side by side: the Slurm tests
 # (tests/slurm), the tests that read the course run (the `course_run` fixture: grading, verify,
-# the notebooks' own checks) and the rest (WORKSHOP_TEST_PART in tests/conftest.py). Much of each
+# the notebooks' own checks) and the rest in two halves packed by file on the committed profile
+# (WORKSHOP_TEST_PART in tests/conftest.py, tests/suite_split.py). Much of each
 # part waits (Slurm's 10 s poll floor, a job's processes starting, a kernel starting); side by side
 # the two cores stay busy. The two local parts run at a lower CPU priority (nice), so the cluster's
 # timed checks see the cores they would see alone. When the Slurm part ends, that reason ends with it: the
@@ -30,7 +31,7 @@ scratch=$(mktemp -d /tmp/workshop-tests.XXXXXX)
 started=$(date +%s)
 # Each part queues its local-backend jobs in its own slot folder (workshop/slurm/local_queue.py): with one
 # folder per user, the course part's jobs held both cores' slots and a job another part timed sat queued.
-# Each part writes its profile (tests/suite_profile.py: per test and per fixture, wall and CPU seconds); the three are
+# Each part writes its profile (tests/suite_profile.py: per test and per fixture, wall and CPU seconds); the four are
 # joined into test-artifacts/suite-profile.json at the end, so a slow change shows in the next run.
 WORKSHOP_TEST_PROFILE="$scratch/profile-slurm.json" WORKSHOP_LOCAL_SLOTS="$scratch/slots-slurm" "${pytest[@]}" \
     --basetemp="$scratch/slurm" tests/slurm > "$scratch/slurm.log" 2>&1 &
@@ -39,31 +40,39 @@ WORKSHOP_TEST_PROFILE="$scratch/profile-course.json" WORKSHOP_LOCAL_SLOTS="$scra
     WORKSHOP_TEST_PART=course nice -n 10 "${pytest[@]}" \
     --basetemp="$scratch/course" --ignore=tests/slurm tests > "$scratch/course.log" 2>&1 &
 course_pid=$!
-WORKSHOP_TEST_PROFILE="$scratch/profile-rest.json" WORKSHOP_LOCAL_SLOTS="$scratch/slots-rest" \
-    WORKSHOP_TEST_PART=rest nice -n 10 "${pytest[@]}" \
-    --basetemp="$scratch/rest" --ignore=tests/slurm tests &
-rest_pid=$!
+rest_pids=()
+rest_half() {    # the rest in two halves (tests/suite_split.py): while one waits, the other runs
+    WORKSHOP_TEST_PROFILE="$scratch/profile-$1.json" WORKSHOP_LOCAL_SLOTS="$scratch/slots-$1" \
+        WORKSHOP_TEST_PART=$1 exec nice -n 10 "${pytest[@]}" --basetemp="$scratch/$1" --ignore=tests/slurm tests
+}
+rest_half rest1 &    # shows as it runs, as the rest did
+rest_pids+=($!)
+rest_half rest2 > "$scratch/rest2.log" 2>&1 &
+rest_pids+=($!)
 descendants() { local p; for p in "$@"; do echo "$p"; descendants $(ps -o pid= --ppid "$p" || true); done; }
 (   # the Slurm part done: the local parts, and what they started, back at this script's priority
     while kill -0 "$slurm_pid" 2>/dev/null; do sleep 2; done
-    renice -n "$(nice)" -p $(descendants "$rest_pid" "$course_pid") >/dev/null 2>&1 || true
+    renice -n "$(nice)" -p $(descendants "${rest_pids[@]}" "$course_pid") >/dev/null 2>&1 || true
 ) &
 renice_pid=$!
-trap 'kill "$slurm_pid" "$course_pid" "$rest_pid" "$renice_pid" 2>/dev/null || true' INT TERM
-rest=0
-wait "$rest_pid" || rest=$?
+trap 'kill "$slurm_pid" "$course_pid" "${rest_pids[@]}" "$renice_pid" 2>/dev/null || true' INT TERM
+rest1=0
+wait "${rest_pids[0]}" || rest1=$?
+rest2=0
+wait "${rest_pids[1]}" || rest2=$?
 course=0
 wait "$course_pid" || course=$?
 slurm=0
 wait "$slurm_pid" || slurm=$?
-for part in course slurm; do
+for part in rest2 course slurm; do
     echo
-    echo "=============================== the $part part (run beside the rest) ==============================="
+    echo "=============================== the $part part (run beside rest1) ==============================="
     cat "$scratch/$part.log"
 done
-echo "exit codes: rest $rest, course $course, tests/slurm $slurm; the suite took $(( $(date +%s) - started )) s"
+echo "exit codes: rest1 $rest1, rest2 $rest2, course $course, tests/slurm $slurm; the suite took $(( $(date +%s) - started )) s"
 .venv/bin/python -m tests.suite_profile join test-artifacts/suite-profile.json "$scratch"/profile-*.json || true
-if [ "$rest" -eq 0 ] && [ "$course" -eq 0 ] && [ "$slurm" -eq 0 ]; then rm -rf "$scratch"; else echo "the tests' files are kept in $scratch"; fi
-# pytest's own codes: 1 = tests failed, 2+ = interrupted or a usage error; 5 = no tests collected
-worst=$(( rest > course ? rest : course ))
-exit $(( worst > slurm ? worst : slurm ))
+codes=("$rest1" "$rest2" "$course" "$slurm")
+worst=0    # the worst of pytest's own codes: 1 = tests failed, 2+ = interrupted or a usage error; 5 = none collected
+for code in "${codes[@]}"; do [ "$code" -gt "$worst" ] && worst=$code; done
+if [ "$worst" -eq 0 ]; then rm -rf "$scratch"; else echo "the tests' files are kept in $scratch"; fi
+exit "$worst"

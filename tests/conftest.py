@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import suite_profile
+from tests import suite_profile, suite_split
 from tests.runs import RunCache
 from tests.tiers import ProcessGuard, classify, failure
 
@@ -51,14 +51,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test that starts no process gets the marker `fast` (tests/tiers.py), before `-m` selects: `make
     test-fast` is `pytest -m fast`.
 
-    WORKSHOP_TEST_PART=course keeps the tests that read the course run (`course_run`), =rest the
-    others: scripts/test.sh runs the two parts side by side, beside tests/slurm, so that the cores stay
-    busy while one part waits (the course's jobs, kernels starting, Slurm's poll floor)."""
+    WORKSHOP_TEST_PART=course keeps the tests that read the course run (`course_run`), =rest1 and =rest2 each
+    half of the others (=rest both): scripts/test.sh runs the three side by side, beside tests/slurm, so that the
+    cores stay busy while one part waits (the course's jobs, kernels starting, Slurm's poll floor). The halves are
+    packed by file on the committed profile's wall time (tests/suite_split.py)."""
     classify(items, lambda item: item.add_marker(pytest.mark.fast))
     part = os.environ.get("WORKSHOP_TEST_PART", "")
-    if part not in ("course", "rest"):
+    if not part:
         return
-    keep = [item for item in items if ("course_run" in getattr(item, "fixturenames", ())) == (part == "course")]
+    if part not in suite_split.PARTS:
+        raise pytest.UsageError(f"WORKSHOP_TEST_PART={part!r}: one of {', '.join(suite_split.PARTS)}, or unset for "
+                                f"every test (tests/suite_split.py)")
+    walls = suite_split.test_walls(suite_split.committed_profile())
+    parts = suite_split.assign([(item.nodeid, getattr(item, "fixturenames", ())) for item in items], walls)
+    keep = [item for item in items if suite_split.selected(part, parts[item.nodeid])]
     kept = {id(item) for item in keep}
     dropped = [item for item in items if id(item) not in kept]
     if dropped:

@@ -1,0 +1,72 @@
+"""Which local part of the suite a test runs in (WORKSHOP_TEST_PART, tests/conftest.py; scripts/test.sh).
+
+The local tests that do not read the course run were one pytest process, the suite's critical path (1,555 s of
+wall time for 1,054 CPU-s in the 2026-11-29 CI profile): much of it waits (a replayed job, a hung rank's timeout,
+a job's processes starting), and while one test waits the cores could run another. So they run as two processes,
+`rest1` and `rest2`, their files assigned by a greedy bin-pack on the committed profile's wall time, so that the
+halves end together. The assignment is by file and deterministic (the same tree gives the same halves), so a
+file's module fixtures are made once. Files that ask tests/runs.py's RunCache for a training run stay together
+(`RUNS`): a run two files share is then trained once, as today. A test the profile does not know (new since it was
+measured) counts `NEW_TEST_S`. `course` keeps the tests that read the course run (`course_run`), as before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = ROOT / "benchmarks" / "cpu"
+RESTS = ("rest1", "rest2")
+PARTS = ("course", "rest", *RESTS)     # `rest`: both halves in one process (a run by hand)
+RUNS = "tests/runs.py's RunCache"       # the unit of the files that share training runs
+NEW_TEST_S = 2.0                        # a test the profile has not seen: about a median local test's wall
+
+
+def committed_profile() -> Path | None:
+    """The newest committed profile of a whole suite (its name sorts by date): the one the halves are packed by."""
+    found = sorted(PROFILES.glob("suite_profile-*.json"))
+    return found[-1] if found else None
+
+
+def test_walls(profile: Path | None) -> dict[str, float]:
+    """Each test's wall seconds in the profile: all its phases, with the module fixtures it set up first."""
+    if profile is None:
+        return {}
+    tests = json.loads(profile.read_text())["tests"]
+    return {node: sum(p["wall_s"] for p in t["phases"].values()) for node, t in tests.items()}
+
+
+def unit_of(nodeid: str, fixtures: Iterable[str]) -> str:
+    """What is assigned whole: the test's file, or RUNS for a test that asks for a shared training run."""
+    return RUNS if "runs" in fixtures else nodeid.split("::")[0]
+
+
+def pack(costs: dict[str, float], bins: int = 2) -> dict[str, int]:
+    """Greedy bin-pack (longest first, into the lightest bin; ties by name and by bin number): unit -> bin."""
+    load = [0.0] * bins
+    out = {}
+    for unit in sorted(costs, key=lambda u: (-costs[u], u)):
+        b = min(range(bins), key=lambda i: (load[i], i))
+        out[unit], load[b] = b, load[b] + costs[unit]
+    return out
+
+
+def assign(tests: Sequence[tuple[str, Sequence[str]]], walls: dict[str, float]) -> dict[str, str]:
+    """Each test's part: `course` if it reads the course run, else the rest half of its unit.
+
+    `tests`: (node id, fixture names) of every collected local test; `walls`: test_walls of the profile."""
+    units: dict[str, str] = {}
+    costs: dict[str, float] = {}
+    for node, fixtures in tests:
+        if "course_run" in fixtures:
+            continue
+        units[node] = unit_of(node, fixtures)
+        costs[units[node]] = costs.get(units[node], 0.0) + walls.get(node, NEW_TEST_S)
+    bins = pack(costs, len(RESTS))
+    return {node: "course" if node not in units else RESTS[bins[units[node]]] for node, _ in tests}
+
+
+def selected(part: str, assigned: str) -> bool:
+    """Whether a test assigned to `assigned` runs in the part `part` (`rest` runs both halves)."""
+    return assigned == part or (part == "rest" and assigned in RESTS)

@@ -1,0 +1,87 @@
+"""The suite's local parts (tests/suite_split.py, scripts/test.sh): every local test runs in exactly one of
+`course`, `rest1` and `rest2`, none is lost; a test that reads the course run is in `course`; files that share
+training runs stay in one half; the halves are packed by the committed profile so that they end together."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests import suite_split
+from tests.suite_split import assign, pack, selected
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCAL = ("course", *suite_split.RESTS)
+BALANCE = 0.15       # the halves end together: their difference at most this share of their sum
+
+
+def test_the_pack_fills_the_lightest_half_longest_first_and_is_the_same_every_time() -> None:
+    """5, 4, 3, 3, 1: 5 -> 0, 4 -> 1, 3 -> 1 (4 < 5), 3 -> 0 (5 < 7), 1 -> 1 (7 < 8): 8 and 8."""
+    costs = {"e": 1.0, "c": 3.0, "a": 5.0, "d": 3.0, "b": 4.0}
+    assert pack(costs) == {"a": 0, "b": 1, "c": 1, "d": 0, "e": 1}
+    assert pack(dict(reversed(list(costs.items())))) == pack(costs)
+
+
+def test_a_course_test_stays_in_the_course_and_a_shared_run_keeps_its_files_together() -> None:
+    tests = [("tests/a.py::one", ["runs"]), ("tests/b.py::two", ["tmp_path", "runs"]),
+             ("tests/b.py::three", []), ("tests/c.py::four", ["course_run", "runs"]), ("tests/d.py::five", [])]
+    walls = {"tests/a.py::one": 10, "tests/b.py::two": 10, "tests/b.py::three": 15, "tests/d.py::five": 1}
+    parts = assign(tests, walls)
+    assert parts["tests/c.py::four"] == "course"
+    assert parts["tests/a.py::one"] == parts["tests/b.py::two"] == "rest1"      # RUNS: 20 s, the longest unit
+    assert parts["tests/b.py::three"] == parts["tests/d.py::five"] == "rest2"   # 15 + 1 s, packed beside it
+    assert selected("rest", "rest1") and selected("rest", "rest2") and not selected("rest", "course")
+    assert not selected("rest1", "rest2") and selected("course", "course")
+
+
+def collect(tmp_path: Path) -> dict[str, tuple[list[str], int]]:
+    """Per local part, the node ids `WORKSHOP_TEST_PART=part` runs (as scripts/test.sh selects it) and how many
+    tests the whole collection held before the part was chosen; the three collections side by side."""
+    env = {k: v for k, v in os.environ.items() if k not in ("WORKSHOP_TEST_PROFILE", "WORKSHOP_TEST_TIER")}
+    procs = {part: subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                                     f"--basetemp={tmp_path / part}", "--ignore=tests/slurm", "tests"],
+                                    cwd=ROOT, env={**env, "WORKSHOP_TEST_PART": part, "HF_HUB_OFFLINE": "1"},
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for part in LOCAL}
+    listed = {}
+    try:
+        for part, proc in procs.items():
+            out = proc.communicate(timeout=900)[0]
+            assert proc.returncode == 0, out[-3000:]
+            found = re.search(r"^(\d+)/(\d+) tests collected", out, re.M)
+            assert found, out[-2000:]
+            nodes = [line for line in out.splitlines() if "::" in line]
+            assert len(nodes) == int(found[1]), out[-2000:]
+            listed[part] = (nodes, int(found[2]))
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    return listed
+
+
+@pytest.mark.slow
+def test_every_local_test_is_in_exactly_one_part_and_the_halves_end_together(tmp_path: Path) -> None:
+    """The dry listing of each part, as scripts/test.sh selects it: disjoint, and together the whole collection;
+    the halves' profiled wall times within BALANCE of their sum (equal to the second on 2026-11-29's profile: 764
+    and 764 s). A unit grown past it (the largest: RUNS, the files sharing training runs) is what to split next."""
+    listed = collect(tmp_path)
+    totals = {total for _, total in listed.values()}
+    assert len(totals) == 1, totals
+    seen: dict[str, str] = {}
+    for part, (nodes, _) in listed.items():
+        assert nodes, f"the part {part} holds no test"
+        twice = [(n, seen[n], part) for n in nodes if n in seen]
+        assert twice == [], twice[:5]
+        seen.update(dict.fromkeys(nodes, part))
+    assert len(seen) == totals.pop()
+    assert all(n.startswith("tests/") and not n.startswith("tests/slurm/") for n in seen)
+    walls = suite_split.test_walls(suite_split.committed_profile())
+    halves = {part: sum(walls.get(n, suite_split.NEW_TEST_S) for n in listed[part][0]) for part in suite_split.RESTS}
+    print(f"the rest's halves by the committed profile (s of wall): {halves}")
+    assert abs(halves["rest1"] - halves["rest2"]) <= BALANCE * sum(halves.values()), halves
