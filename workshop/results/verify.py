@@ -144,9 +144,12 @@ def hostnames(nodelist: str) -> set[str]:
     `scontrol show hostnames` needs a slurm.conf even for this local computation: on a machine with
     Slurm's client but no configuration (an instructor's laptop, a test machine between clusters) it
     fails, and the compressed list read as one name would flag every multi-node job. The common forms
-    are then expanded here."""
+    are then expanded here. Where SLURM_CONF names no file, scontrol is not asked at all: it retries the
+    missing file for 60 s before it fails (30 s of waiting per job folder, cut by the timeout)."""
     if not nodelist or nodelist in ("None assigned", "(null)"):
         return set()
+    if os.environ.get("SLURM_CONF") and not os.path.isfile(os.environ["SLURM_CONF"]):
+        return expand_hostlist(nodelist)
     try:
         proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
                               timeout=30)
