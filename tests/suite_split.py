@@ -6,8 +6,10 @@ a job's processes starting), and while one test waits the cores could run anothe
 `rest1` and `rest2`, their files assigned by a greedy bin-pack on the committed profile's wall time, so that the
 halves end together. The assignment is by file and deterministic (the same tree gives the same halves), so a
 file's module fixtures are made once. Files that ask tests/runs.py's RunCache for a training run stay together
-(`RUNS`): a run two files share is then trained once, as today. A test the profile does not know (new since it was
-measured) counts `NEW_TEST_S`. `course` keeps the tests that read the course run (`course_run`), as before."""
+(`RUNS`): a run two files share is then trained once, as in one process. A test the profile does not know (new since it was
+measured) counts `NEW_TEST_S`. `course` keeps the tests that read the course run (`course_run`), as before.
+The halves are of what was collected: scripts/test.sh collects all of tests/ but tests/slurm; a part narrowed by
+arguments (a file, a folder) packs only those files. A new profile committed repacks them."""
 
 from __future__ import annotations
 
