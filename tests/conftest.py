@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import suite_profile, suite_split
+from tests import course_share, suite_profile, suite_split
 from tests.runs import RunCache
 from tests.tiers import ProcessGuard, classify, failure
 
@@ -27,22 +27,40 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
     return RunCache(tmp_path_factory.mktemp("runs"))
 
 
+def run_course(out: Path) -> None:
+    """Every solution notebook executed with papermill on the local backend, into `out`."""
+    from workshop.course.run_all import main
+
+    # WORKSHOP_TEST_ONLY=02 runs just that notebook, for work on one notebook (select its tests with -k)
+    only = os.environ.get("WORKSHOP_TEST_ONLY", "")
+    rc = main(["--output", str(out), "--profile", "local", "--cell-timeout", str(CELL_TIMEOUT_S),
+               *(["--only", only] if only else [])])
+    if rc != 0:
+        raise RuntimeError(f"python -m workshop.course --output {out} exited {rc}")
+
+
 @pytest.fixture(scope="session")
 def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The main job: every solution notebook executed with papermill on the local backend.
 
     WORKSHOP_COURSE_RUN=<results folder of `python -m workshop.course`> reuses an executed course instead (a copy
-    of it), for work on the grading tests: the course is run again only when the notebooks change."""
-    from workshop.course.run_all import main
-
+    of it), for work on the grading tests: the course is run again only when the notebooks change.
+    WORKSHOP_COURSE_RUN_SHARED=<folder> (scripts/test.sh: the two course parts) runs it once into that folder for
+    every process given it, and each reads a copy (tests/course_share.py)."""
     out = tmp_path_factory.mktemp("course") / "results"
-    if os.environ.get("WORKSHOP_COURSE_RUN"):
-        shutil.copytree(os.environ["WORKSHOP_COURSE_RUN"], out, symlinks=True)
+    given = os.environ.get("WORKSHOP_COURSE_RUN")
+    if not given and os.environ.get("WORKSHOP_COURSE_RUN_SHARED"):
+        try:
+            given = str(course_share.shared_course(Path(os.environ["WORKSHOP_COURSE_RUN_SHARED"]), run_course))
+        except course_share.SharedRunFailed as e:
+            pytest.fail(str(e), pytrace=False)
+    if given:
+        shutil.copytree(given, out, symlinks=True)
         return out
-    # WORKSHOP_TEST_ONLY=02 runs just that notebook, for work on one notebook (select its tests with -k)
-    only = os.environ.get("WORKSHOP_TEST_ONLY", "")
-    assert main(["--output", str(out), "--profile", "local", "--cell-timeout", str(CELL_TIMEOUT_S),
-                 *(["--only", only] if only else [])]) == 0
+    try:
+        run_course(out)
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
     return out
 
 
@@ -51,10 +69,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Every test that starts no process gets the marker `fast` (tests/tiers.py), before `-m` selects: `make
     test-fast` is `pytest -m fast`.
 
-    WORKSHOP_TEST_PART=course keeps the tests that read the course run (`course_run`), =rest1 and =rest2 each
-    half of the others (=rest both): scripts/test.sh runs the three side by side, beside tests/slurm, so that the
-    cores stay busy while one part waits (the course's jobs, kernels starting, Slurm's poll floor). The halves are
-    packed by file on the committed profile's wall time (tests/suite_split.py)."""
+    WORKSHOP_TEST_PART=course1 and =course2 each keep half of the tests that read the course run (`course_run`;
+    =course both), =rest1 and =rest2 each half of the others (=rest both): scripts/test.sh runs the four side by
+    side, beside tests/slurm, so that the cores stay busy while one part waits (the course's jobs, kernels
+    starting, Slurm's poll floor). The halves are packed by file on the committed profile's wall time
+    (tests/suite_split.py); the course halves run the course once between them (tests/course_share.py)."""
     classify(items, lambda item: item.add_marker(pytest.mark.fast))
     part = os.environ.get("WORKSHOP_TEST_PART", "")
     if not part:

@@ -209,7 +209,7 @@ def configure(config: pytest.Config) -> None:
 
 
 def join(out: Path, parts: list[Path]) -> dict[str, Any]:
-    """The parts' profiles as one (scripts/test.sh runs four pytest processes side by side): the suite's CPU is
+    """The parts' profiles as one (scripts/test.sh runs five pytest processes side by side): the suite's CPU is
     their sum, its wall time the longest."""
     docs = [json.loads(p.read_text()) for p in parts if p.is_file()]
     joined = {"what": docs[0]["what"] if docs else "", "budget_cpu_s": BUDGET_CPU_S,

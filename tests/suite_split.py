@@ -7,8 +7,9 @@ a job's processes starting), and while one test waits the cores could run anothe
 halves end together. The assignment is by file and deterministic (the same tree gives the same halves), so a
 file's module fixtures are made once. Files that ask tests/runs.py's RunCache for a training run stay together
 (`RUNS`): a run two files share is then trained once, as in one process. A test the profile does not know (new since it was
-measured) counts `NEW_TEST_S`. `course` keeps the tests that read the course run (`course_run`), as before.
-The halves are of what was collected: scripts/test.sh collects all of tests/ but tests/slurm; a part narrowed by
+measured) counts `NEW_TEST_S`. The tests that read the course run (`course_run`) are packed the same way into
+`course1` and `course2` (the course part, 1,246 s of wall in that profile, was next on the critical path); the
+course is run once for both (tests/course_share.py), so its run is charged to neither (`SHARED`). The halves are of what was collected: scripts/test.sh collects all of tests/ but tests/slurm; a part narrowed by
 arguments (a file, a folder) packs only those files. A new profile committed repacks them."""
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Iterable, Sequence
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "benchmarks" / "cpu"
 RESTS = ("rest1", "rest2")
-PARTS = ("course", "rest", *RESTS)     # `rest`: both halves in one process (a run by hand)
+COURSES = ("course1", "course2")        # the tests that read the course run, which both make once (course_share)
+PARTS = ("course", "rest", *COURSES, *RESTS)    # `course`, `rest`: both halves in one process (a run by hand)
+SHARED = ("course_run",)                # session fixtures every half of its kind waits for: charged to no file
 RUNS = "tests/runs.py's RunCache"       # the unit of the files that share training runs
 NEW_TEST_S = 2.0                        # a test the profile has not seen: about a median local test's wall
 
@@ -32,11 +35,17 @@ def committed_profile() -> Path | None:
 
 
 def test_walls(profile: Path | None) -> dict[str, float]:
-    """Each test's wall seconds in the profile: all its phases, with the module fixtures it set up first."""
+    """Each test's wall seconds in the profile: all its phases, with the module fixtures it set up first, but
+    not the SHARED ones (the profile charges the course run to whichever test asked first; each course half waits
+    for it, so it weighs on neither side of the pack)."""
     if profile is None:
         return {}
-    tests = json.loads(profile.read_text())["tests"]
-    return {node: sum(p["wall_s"] for p in t["phases"].values()) for node, t in tests.items()}
+    data = json.loads(profile.read_text())
+    walls = {node: sum(p["wall_s"] for p in t["phases"].values()) for node, t in data["tests"].items()}
+    for fixture in data.get("fixtures", []):
+        if fixture["fixture"] in SHARED and fixture["test"] in walls:
+            walls[fixture["test"]] = max(0.0, walls[fixture["test"]] - fixture["wall_s"])
+    return walls
 
 
 def unit_of(nodeid: str, fixtures: Iterable[str]) -> str:
@@ -55,20 +64,23 @@ def pack(costs: dict[str, float], bins: int = 2) -> dict[str, int]:
 
 
 def assign(tests: Sequence[tuple[str, Sequence[str]]], walls: dict[str, float]) -> dict[str, str]:
-    """Each test's part: `course` if it reads the course run, else the rest half of its unit.
+    """Each test's part: a course half if it reads the course run, else a rest half; each kind packed by unit.
 
     `tests`: (node id, fixture names) of every collected local test; `walls`: test_walls of the profile."""
-    units: dict[str, str] = {}
-    costs: dict[str, float] = {}
+    kinds: dict[tuple[str, ...], dict[str, str]] = {COURSES: {}, RESTS: {}}
+    costs: dict[tuple[str, ...], dict[str, float]] = {COURSES: {}, RESTS: {}}
     for node, fixtures in tests:
-        if "course_run" in fixtures:
-            continue
-        units[node] = unit_of(node, fixtures)
-        costs[units[node]] = costs.get(units[node], 0.0) + walls.get(node, NEW_TEST_S)
-    bins = pack(costs, len(RESTS))
-    return {node: "course" if node not in units else RESTS[bins[units[node]]] for node, _ in tests}
+        kind = COURSES if "course_run" in fixtures else RESTS
+        unit = kinds[kind][node] = unit_of(node, fixtures)
+        costs[kind][unit] = costs[kind].get(unit, 0.0) + walls.get(node, NEW_TEST_S)
+    parts = {}
+    for kind, units in kinds.items():
+        bins = pack(costs[kind], len(kind))
+        parts.update({node: kind[bins[unit]] for node, unit in units.items()})
+    return {node: parts[node] for node, _ in tests}
 
 
 def selected(part: str, assigned: str) -> bool:
-    """Whether a test assigned to `assigned` runs in the part `part` (`rest` runs both halves)."""
-    return assigned == part or (part == "rest" and assigned in RESTS)
+    """Whether a test assigned to `assigned` runs in the part `part` (`course`, `rest`: both halves)."""
+    return (assigned == part or (part == "rest" and assigned in RESTS)
+            or (part == "course" and assigned in COURSES))
