@@ -46,7 +46,8 @@ def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     WORKSHOP_COURSE_RUN=<results folder of `python -m workshop.course`> reuses an executed course instead (a copy
     of it), for work on the grading tests: the course is run again only when the notebooks change.
     WORKSHOP_COURSE_RUN_SHARED=<folder> (scripts/test.sh: the two course parts) runs it once into that folder for
-    every process given it, and each reads a copy (tests/course_share.py)."""
+    every process given it, and each reads a copy (tests/course_share.py); a folder marked done is reused as it
+    is, so scripts/test.sh gives each suite run a fresh one."""
     out = tmp_path_factory.mktemp("course") / "results"
     given = os.environ.get("WORKSHOP_COURSE_RUN")
     if not given and os.environ.get("WORKSHOP_COURSE_RUN_SHARED"):

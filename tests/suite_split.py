@@ -6,10 +6,11 @@ a job's processes starting), and while one test waits the cores could run anothe
 `rest1` and `rest2`, their files assigned by a greedy bin-pack on the committed profile's wall time, so that the
 halves end together. The assignment is by file and deterministic (the same tree gives the same halves), so a
 file's module fixtures are made once. Files that ask tests/runs.py's RunCache for a training run stay together
-(`RUNS`): a run two files share is then trained once, as in one process. A test the profile does not know (new since it was
-measured) counts `NEW_TEST_S`. The tests that read the course run (`course_run`) are packed the same way into
-`course1` and `course2` (the course part, 1,246 s of wall in that profile, was next on the critical path); the
-course is run once for both (tests/course_share.py), so its run is charged to neither (`SHARED`). The halves are of what was collected: scripts/test.sh collects all of tests/ but tests/slurm; a part narrowed by
+(`RUNS`): a run two files share is then trained once, as in one process. A test the profile does not know (new
+since it was measured) counts `NEW_TEST_S`. The tests that read the course run (`course_run`) are packed the same
+way into `course1` and `course2` (the course part, 1,246 s of wall in that profile, was next on the critical
+path); the course is run once for both (tests/course_share.py), so its run is charged to neither (`SHARED`).
+The halves are of what was collected: scripts/test.sh collects all of tests/ but tests/slurm; a part narrowed by
 arguments (a file, a folder) packs only those files. A new profile committed repacks them."""
 
 from __future__ import annotations
