@@ -184,21 +184,25 @@ def dry_run_trainer(cfg: RunConfig, model: torch.nn.Module) -> Any:
 
 
 def collective_recorder() -> Any:
-    """`CommDebugMode` that also keeps each collective's size: kind, elements and bytes of the whole
-    tensor (an all-gather's output, a reduce-scatter's input: summary.json's `comm` convention)."""
-    from torch.distributed.tensor.debug import CommDebugMode
+    """A dispatch mode that keeps each collective's kind, elements and bytes of the whole tensor (an
+    all-gather's output, a reduce-scatter's input: summary.json's `comm` convention), as `CommDebugMode`
+    sees them. Not `CommDebugMode` itself: its module tracker fails (IndexError in its forward hook) on a
+    step of several micro-batches, where the Trainer runs all but the last under `no_sync`."""
+    from workshop.training import torch_private
 
-    class CollectiveBytes(CommDebugMode):
+    class CollectiveBytes(torch_private.dispatch_mode_class()):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.calls: list[dict[str, Any]] = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if any(t.__name__ == "DTensor" for t in types):
+                return NotImplemented   # as CommDebugMode: DTensor desugars into collectives on plain tensors first
             name = str(func).split(".")   # an OpOverload prints as "c10d._allgather_base_.default"
             kind = COLLECTIVE_KINDS.get(tuple(name[:2])) if len(name) > 2 else None
-            if kind is not None and not any(t.__name__ == "DTensor" for t in types):
+            if kind is not None:
                 self.calls.append(_collective(kind, args))
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            return func(*args, **(kwargs or {}))
 
     return CollectiveBytes()
 
@@ -383,7 +387,7 @@ def format_report(result: dict[str, Any]) -> str:
         for phase, v in result["phases"].items()))
     lines.append(f"FLOPs per optimizer step (rank 0, FlopCounterMode): {result['flops_per_step']:.4g} "
                  f"for {result['tokens_per_step']:,} tokens")
-    lines.append("collectives per optimizer step (rank 0, CommDebugMode):")
+    lines.append("collectives per optimizer step (rank 0, as dispatched to c10d):")
     lines += [f"  {kind:<16}{v['calls']:>6} calls {v['elements']:>16,} elements {v['bytes']:>16,} bytes"
               for kind, v in result["comm"]["by_kind"].items()] or ["  none"]
     return "\n".join(lines)

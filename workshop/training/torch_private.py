@@ -108,6 +108,9 @@ NAMES: dict[str, PrivateName] = {
     "FakeStore": PrivateName(
         "torch.testing._internal.distributed.fake_pg:FakeStore",
         "the dry run: the store of the `fake` process group (collectives that return at once), any world size"),
+    "TorchDispatchMode": PrivateName(
+        "torch.utils._python_dispatch:TorchDispatchMode",
+        "the dry run's collective recorder: every c10d collective with its tensors, as CommDebugMode sees them"),
     "_dump_snapshot": PrivateName(
         "torch.cuda.memory:_dump_snapshot",
         "CUDA: writes that record as a pickle that pytorch.org/memory_viz opens"),
@@ -343,3 +346,8 @@ def is_fake(tensor: Any) -> bool:
 
 def fake_store() -> Any:
     return _import("FakeStore")()
+
+
+def dispatch_mode_class() -> Any:
+    """The base class of a mode that sees every op dispatched (the dry run's collective recorder)."""
+    return _import("TorchDispatchMode")
