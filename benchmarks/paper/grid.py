@@ -57,6 +57,8 @@ CASES: dict[str, dict] = {
     "560m-full_shard-x8-offload": dict(BASE_560M, offload=True),
     "560m-full_shard-x8-fp16": dict(BASE_560M, precision="fp16"),
     "560m-full_shard-x8-fp32": dict(BASE_560M, precision="fp32"),
+    # the 2 x 8 of notebook 05's reveal, fp32 at 1 x 256: the tied weight's fp32 gradient accumulation
+    "560m-full_shard-2x8-fp32-mb1x256": dict(BASE_560M, nodes=2, precision="fp32", batch_size=1, max_length=256),
     "7b1-full_shard-x16": dict(BASE_7B1),
     "7b1-full_shard-x16-mb4-ac": dict(BASE_7B1, batch_size=4, activation_checkpointing=True),
     "7b1-hybrid_shard-2x8": dict(BASE_7B1, sharding="hybrid_shard"),

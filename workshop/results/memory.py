@@ -408,12 +408,16 @@ def _fsdp(bd: Breakdown, step: _Step, sharding: str, n: int, precision: str, off
     # term), its unsharded gradient and a block's, beside the h-sized temporaries; the logits'
     # gradients come earlier and are gone by then, so the larger of the two is the category's peak
     # (benchmarks/paper: BLOOM-7b1 at 16 ranks, 1 x 512, where the additive buffers said +41 %)
+    # fp32 (no MixedPrecisionPolicy): the tied weight's gradient is accumulated in fp32 at the embedding's
+    # backward, one more V·h fp32 tensor beside them (BLOOM-560M fp32, 2 x 8, 1 x 256: dry run 2,988 MB,
+    # 3 x 4 V·h + 4 block; the 16-bit runs show none)
+    tied_acc = 4 * Vh if grad_dtype == 4 else 0
     bd.other = max(8 * step.rows * arch.vocab,
-                   _fsdp_temporaries(step, precision) + 4 * Vh + grad_dtype * (Vh + block) + hsdp_shards)
+                   _fsdp_temporaries(step, precision) + 4 * Vh + grad_dtype * (Vh + block) + tied_acc + hsdp_shards)
     # the peak is either at backward's start (activations, the loss's gradient) or at its end, with every
     # sharded gradient reduced, the embedding gathered, its backward's fp32 temporary and unsharded gradient
     # (BLOOM-7b1 at 16 ranks, 1 x 512: the end, 14.7 GB, where the start alone said 12.1)
-    at_end = gathered_at_peak + held + (4 + grad_dtype) * Vh + hsdp_shards
+    at_end = gathered_at_peak + held + (4 + grad_dtype) * Vh + tied_acc + hsdp_shards
     at_start = gathered_at_peak + held + step.at_backward
     if offload:
         bd.params = gathered_max
