@@ -50,17 +50,15 @@ def config_hash(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def dry_run(cfg: RunConfig, cache_dir: Path | None, timeout: float | None = None) -> dict[str, Any]:
-    """The dry run of `cfg` (workshop.training.dryrun), from the cache when this config ran before. `timeout`
-    (seconds) ends one that runs longer (subprocess.TimeoutExpired): a caller with a deadline of its own."""
+def dry_run(cfg: RunConfig, cache_dir: Path | None) -> dict[str, Any]:
+    """The dry run of `cfg` (workshop.training.dryrun), from the cache when this config ran before."""
     cached = cache_dir / f"{config_hash(cfg)}.json" if cache_dir is not None else None
     if cached is not None and cached.is_file():
         return json.loads(cached.read_text())
     with tempfile.TemporaryDirectory(prefix="workshop-dryrun-") as tmp:
         path = cfg.to_json(Path(tmp) / "config.json")
         done = subprocess.run([sys.executable, "-m", "workshop.training.dryrun", "--config", str(path), "--json"],
-                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                              timeout=timeout)
+                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise ConfigError("dry run", f"the job's dry run failed: {last}",
