@@ -406,14 +406,16 @@ STALE_S = 900   # a marker older than this is a filler that died: start another
 
 def _fill_in_background(cfg: RunConfig, cache: Path, name: str, timeout: float) -> dict[str, Any]:
     """Start (once per machine: a marker file says one runs) the dry run that writes `cache/name`, and wait
-    for it up to `timeout` seconds."""
+    for it up to `timeout` seconds; one another grading started is not waited for (each grading would)."""
     import subprocess
     import sys
     import time
 
     cache.mkdir(parents=True, exist_ok=True)
     marker, config = cache / f"{name}.running", cache / f"{name}.config.json"
-    if not marker.is_file() or time.time() - marker.stat().st_mtime > STALE_S:
+    if marker.is_file() and time.time() - marker.stat().st_mtime <= STALE_S:
+        timeout = 0
+    else:
         cfg.to_json(config)
         marker.write_text(str(os.getpid()))
         subprocess.Popen([sys.executable, "-c", FILL, str(config), str(cache), str(marker)], start_new_session=True,
