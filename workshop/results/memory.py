@@ -38,6 +38,10 @@ Categories (each one's own peak over a training step, as workshop.training.tenso
   forward, not per-run constants.
 - other: temporaries (the loss gradient, gradients of activations in backward) and FSDP's
   all-gather/reduce-scatter buffers. DDP's all-reduce runs in its buckets (`ddp_buckets`, below).
+  Under FSDP the larger of the logits' gradients and the embedding's backward (its fp32 temporary, the
+  unsharded gradients, backward's h-sized and score-sized temporaries: TEMPS_PER_XH, TEMPS_PER_SCORE;
+  in fp32 the tied weight's gradient accumulated, one more 4 V·h), each checked against dry runs at
+  BLOOM's sizes (benchmarks/paper/).
 - peak: at the start of backward: stored params + gathered units + optimizer state + activations +
   the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
   the largest activations of all.
