@@ -77,6 +77,7 @@ def test_the_dry_run_is_absent_in_the_live_notebook_and_in_the_feedback_once_gra
     cached = sorted((tmp_path / "jobs" / ".dryrun").glob("*.json"))
     assert len(cached) == 2 and all(json.loads(p.read_text())["params_total"] == 559_214_592 for p in cached)
     assert len(list((tmp_path / "cache").rglob("*.json"))) == 2   # the grader's next student reads these
+    assert not list((tmp_path / "cache").rglob("*.running"))       # each filler ended and said so
 
 
 def test_a_dry_run_too_long_for_grading_goes_on_and_the_next_notebook_graded_shows_it(lab, monkeypatch, tmp_path):

@@ -398,9 +398,11 @@ def cached_dry_run(cfg: RunConfig, caches: Sequence[Path], timeout: float | None
     return result
 
 
-FILL = ("import pathlib, sys\nfrom workshop.training.config import load_config\nfrom workshop.slurm.fit import dry_run\n"
+FILL = ("import pathlib, sys\nfrom workshop.training.config import load_config\n"
+        "from workshop.slurm.fit import dry_run\n"
         "try:\n    dry_run(load_config(sys.argv[1]), pathlib.Path(sys.argv[2]))\n"
-        "finally:\n    pathlib.Path(sys.argv[3]).unlink(missing_ok=True)\n")
+        "finally:\n    pathlib.Path(sys.argv[3]).unlink(missing_ok=True)\n"
+        "    pathlib.Path(sys.argv[1]).unlink(missing_ok=True)\n")
 STALE_S = 900   # a marker older than this is a filler that died: start another
 
 
@@ -419,7 +421,8 @@ def _fill_in_background(cfg: RunConfig, cache: Path, name: str, timeout: float) 
         cfg.to_json(config)
         marker.write_text(str(os.getpid()))
         subprocess.Popen([sys.executable, "-c", FILL, str(config), str(cache), str(marker)], start_new_session=True,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if (cache / name).is_file():
