@@ -11,7 +11,7 @@ tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = 
 narrowed to notebook 03 by WORKSHOP_COURSE_ONLY),
 tests/slurm/test_preflight_on_cluster.py (its first command, `workshop preflight`), tests/test_prefetch.py
 (its two `workshop prefetch` lines), tests/test_class_polling.py (its [slurm.watch] setting),
-tests/test_dryrun.py (its `workshop dryrun` line).
+tests/test_dryrun.py (its `workshop dryrun` line, and the student guide's).
 """
 
 from __future__ import annotations

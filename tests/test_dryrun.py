@@ -55,17 +55,31 @@ def workshop(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
                           timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
-def test_the_instructor_guides_dry_run_line_prints_categories_flops_and_collectives(tmp_path):
-    """docs/instructor.md's `workshop dryrun` line, as written (typed in an empty folder)."""
-    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "instructor.md").read_text(), flags=re.S)
+def guide_dry_run(guide: str, folder: Path) -> str:
+    """A guide's one `workshop dryrun` line, run as written (typed in an empty folder): what it prints."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / guide).read_text(), flags=re.S)
     [line] = [ln.strip() for b in blocks for ln in b.splitlines() if ln.strip().startswith("workshop dryrun")]
     env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ['PATH']}", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(["bash", "-c", line], cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_instructor_guides_dry_run_line_prints_categories_flops_and_collectives(tmp_path):
+    """docs/instructor.md's `workshop dryrun` line."""
+    out = guide_dry_run("instructor.md", tmp_path)
     for shown in ("fake tensors on the CPU device", "parameters: 559,214,592", "params", "optimizer", "activations",
                   "peak", "alive at the end of each phase", "FLOPs per optimizer step", "collectives per optimizer step",
                   "on gpu_v100 (32G per GPU)"):
-        assert shown in done.stdout, done.stdout
+        assert shown in out, out
+
+
+def test_the_student_guides_dry_run_line_shows_bloom_7b1_on_notebook_05s_two_nodes(tmp_path):
+    """docs/student.md's `workshop dryrun` line (after the course, a job on paper)."""
+    out = guide_dry_run("student.md", tmp_path)
+    for shown in ("parameters: 7,069,016,064", "mesh [1, 16]", "peak", "FLOPs per optimizer step",
+                  "collectives per optimizer step", "all_gather", "reduce_scatter", "per GPU)"):
+        assert shown in out, out
 
 
 @pytest.mark.parametrize("step, world", [("fsdp_1gpu", 1), ("multi_gpu", 8)])

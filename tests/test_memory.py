@@ -112,8 +112,8 @@ def test_activation_checkpointing_by_hand() -> None:
     outside = 12 * x * 96 + 64 * x + 8 * x * 1024  # fp32: embeddings, tokens, fp32 logits + the loss's copy
     full_block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32
     assert activation_bytes(tiny, 2, 32, "fp32") == 2 * full_block + outside
-    # checkpointed: each block keeps its 4 h-sized inputs
-    assert activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) == 2 * 4 * 4 * x * 96 + outside
+    # checkpointed: each block keeps its input (one h-sized tensor per token); the causal mask (b·s²) is shared
+    assert activation_bytes(tiny, 2, 32, "fp32", checkpointing=True) == 2 * 4 * x * 96 + 4 * 2 * 32 * 32 + outside
 
 
 def test_ddp_buckets_count_on_a_gpu_but_not_in_the_trackers_peak() -> None:
@@ -130,8 +130,8 @@ def test_checkpointed_activations_peak_with_one_block_recomputed() -> None:
     x = 2 * 32
     bd = estimate("tiny", "full_shard", 2, "fp32", 2, 32, activation_checkpointing=True)
     block = 64 * x * 96 + 4 * 2 * 4 * 32 * 32  # one block's internals, recomputed in backward: 425,984
-    kept = 2 * 4 * 4 * x * 96 + 12 * x * 96 + 64 * x + 8 * x * 1024   # checkpointed blocks' inputs + outside
-    assert tiny.layers == 2 and bd.activations == kept + block == 1_224_704
+    kept = 2 * 4 * x * 96 + 4 * 2 * 32 * 32 + 12 * x * 96 + 64 * x + 8 * x * 1024  # blocks' inputs, mask, outside
+    assert tiny.layers == 2 and bd.activations == kept + block == 1_085_440
 
 
 def test_bad_configs_are_refused() -> None:

@@ -91,12 +91,18 @@ def test_the_other_category_by_hand() -> None:
     full = estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512)
     assert full.other == OTHER_BASE      # the logits' gradients; the embedding's backward comes after them
     # the tiny model, 2 x 32 tokens, fp32: max(8·x·V = 524,288, 100·x·h + 4·V·h = 614,400 + 393,216 = 1,007,616
-    # + the unsharded gradients of the embedding unit and a block, fp32: 4 (V·h + block))
+    # + the unsharded gradients of the embedding unit and a block, fp32: 4 (V·h + block), + in fp32 the tied
+    # weight's gradient accumulated at the embedding's backward, 4·V·h)
     tiny = estimate("tiny", "full_shard", 2, "fp32", 2, 32)
-    assert tiny.other == 1_007_616 + 4 * (98_304 + 111_840) == 1_848_192
+    assert tiny.other == 1_007_616 + 4 * (98_304 + 111_840) + 4 * 98_304 == 2_241_408
     # BLOOM-7b1 at 16 ranks, 1 x 512, bf16: the embedding's end of backward, not the logits (dry run: 6,264 MB)
     big = estimate("bloom-7b1", "full_shard", 16, "bf16", 1, 512, device="cpu")
-    assert big.other == 100 * 512 * 4096 + 4 * 250_880 * 4096 + 2 * (250_880 * 4096 + 12 * 4096**2 + 13 * 4096)
+    # (16-bit temporaries: 24 B per x·h and 6.5 per attention score, memory.TEMPS_PER_XH / TEMPS_PER_SCORE)
+    temps = 24 * 512 * 4096 + int(6.5 * 1 * 32 * 512**2)
+    assert big.other == temps + 4 * 250_880 * 4096 + 2 * (250_880 * 4096 + 12 * 4096**2 + 13 * 4096)
+    # HSDP 2 x 8: each block but one keeps its bf16 gradient shard for the replicas' all-reduce (dry run: 7,704.5 MB)
+    hsdp = estimate("bloom-7b1", "hybrid_shard", 16, "bf16", 1, 512, replicas=2, device="cpu")
+    assert hsdp.other == big.other + 2 * 29 * (12 * 4096**2 + 13 * 4096) // 8
     # DDP all-reduces in its buckets, which the tracker never sees (ddp_buckets): its `other` is one process's
     assert estimate("tiny", "ddp", 2, "fp32", 2, 32).other == estimate("tiny", "none", 1, "fp32", 2, 32).other == 1_007_616
 

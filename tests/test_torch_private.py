@@ -19,7 +19,7 @@ HOME = ROOT / "workshop" / "training" / "torch_private.py"
 # The private names the course reads, listed here by hand (not from the module under test): a name
 # added to the code must be added to torch_private.NAMES and here.
 EXPECTED = {
-    "MemTracker", "FSDPMemTracker", "_UpdateType", "_FSDPRefType", "_curr_mem_snap", "_update_snap",
+    "MemTracker", "FSDPMemTracker", "TorchDispatchMode", "_UpdateType", "_FSDPRefType", "_curr_mem_snap", "_update_snap",
     "_update_peak_stats", "_track_optimizer_states", "tree_map_only", "tree_iter", "_get_fsdp_state",
     "_fsdp_param_group", "_pre_forward_hook_handle", "_post_forward_hook_handle", "HOOK_DICTS",
     "CheckpointWrapper", "_checkpoint_wrapped_module", "kineto_results", "_dump_fr_trace_json",
@@ -34,12 +34,9 @@ ON_INSTANCES = {"_curr_mem_snap", "_fsdp_param_group", "_pre_forward_hook_handle
 NOT_TORCH = {("workshop/training/fsdp_cpu.py", "_shared_state"),          # accelerate's state singletons
              ("workshop/training/fsdp_cpu.py", "_validate_accelerator"),  # accelerate's ParallelismConfig
              ("workshop/training/train.py", "_exit"),                     # os._exit
-             ("workshop/slurm/watch.py", "_repr_mimebundle_"),            # IPython's display protocol
-             # the dry run drives the Trainer's own step pieces (transformers 5.23, accelerate 1.15)
-             ("workshop/training/dryrun.py", "_reset_state"),             # accelerate's state singletons
-             ("workshop/training/dryrun.py", "_prepare_for_training"),    # Trainer: wrap, optimizer, scheduler
-             ("workshop/training/dryrun.py", "_set_sync_gradients"),      # Trainer._run_epoch's sync switch
-             ("workshop/training/dryrun.py", "_clip_grad_norm")}          # Trainer's clipping
+             ("workshop/slurm/watch.py", "_repr_mimebundle_")}            # IPython's display protocol
+# the Trainer's own step pieces the dry run drives (transformers, accelerate): torch_private.TRAINER_NAMES
+TRAINER_EXPECTED = {"_reset_state", "_prepare_for_training", "_set_sync_gradients", "_clip_grad_norm"}
 PRIVATE_MODULE_PARTS = ("_tools", "_C", "_pytree", "_checkpoint", "_fully_shard", "_dynamo", "_inductor")
 
 
@@ -53,6 +50,18 @@ def test_the_list_is_the_one_written_here_and_says_why_and_where():
         assert entry.path.startswith("torch") and ":" in entry.path, name
         assert len(entry.purpose) > 20, name
         assert "2.13.0" in entry.checked_on, name
+
+
+def test_the_trainers_private_names_are_listed_with_torchs_and_resolve():
+    """transformers' and accelerate's private names the dry run calls: listed in torch_private beside torch's,
+    each found where its entry says (a class attribute), on the versions it names."""
+    assert set(torch_private.TRAINER_NAMES) == TRAINER_EXPECTED
+    for name, entry in torch_private.TRAINER_NAMES.items():
+        module, _, attrs = entry.path.partition(":")
+        obj = importlib.import_module(module)
+        for attr in attrs.split("."):
+            obj = getattr(obj, attr)
+        assert callable(obj) and attrs.endswith(name) and len(entry.purpose) > 20, name
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED - ON_INSTANCES))

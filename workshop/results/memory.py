@@ -18,6 +18,8 @@ Categories (each one's own peak over a training step, as workshop.training.tenso
   bf16 with accelerate's MixedPrecisionPolicy (it reduces in bf16). The embedding unit's lives
   through all of backward (the tied lm_head starts it). With gradient accumulation the Trainer skips
   the sync on non-final micro-batches, and FSDP2 then keeps every unit's until the final one.
+  HSDP with 16-bit reduction keeps each block's reduced gradient shard for the all-reduce among the
+  replicas until backward ends (counted in `other`, and at the peak's end of backward).
 - optimizer: AdamW's exp_avg and exp_avg_sq, fp32 (8 bytes per stored parameter).
 - activations: what forward leaves for backward, counted tensor by tensor from BLOOM's code with
   the tracker (bytes per element of each shape; x = b·s tokens):
@@ -29,13 +31,17 @@ Categories (each one's own peak over a training step, as workshop.training.tenso
                                                          upcast and the loss's copy)
       autocast    2 bytes per weight                     DDP/one-process bf16: autocast's weight casts
       DDP         c bytes per x·V                        DDP's forward keeps another logits-sized output
-  Activation checkpointing keeps each block's inputs (4 h-sized tensors per token) instead of its
-  internals; the category then peaks in backward, when one block's internals are recomputed on top
+  Activation checkpointing keeps each block's input (its hidden states, one h-sized tensor per token)
+  and the causal mask every block shares (b·s² elements) instead of the blocks' internals; the category then peaks in backward, when one block's internals are recomputed on top
   of them (the tracker counts recomputed tensors as activations). Calibrated on the tiny model and
   checked by tests against the measurement; the coefficients are counts of tensors in BLOOM's
   forward, not per-run constants.
 - other: temporaries (the loss gradient, gradients of activations in backward) and FSDP's
   all-gather/reduce-scatter buffers. DDP's all-reduce runs in its buckets (`ddp_buckets`, below).
+  Under FSDP the larger of the logits' gradients and the embedding's backward (its fp32 temporary, the
+  unsharded gradients, backward's h-sized and score-sized temporaries: TEMPS_PER_XH, TEMPS_PER_SCORE;
+  in fp32 the tied weight's gradient accumulated, one more 4 V·h), each checked against dry runs at
+  BLOOM's sizes (benchmarks/paper/).
 - peak: at the start of backward: stored params + gathered units + optimizer state + activations +
   the loss's gradient (c bytes per x·V). With BLOOM's 250,880-token vocabulary the logits terms are
   the largest activations of all.
@@ -186,7 +192,12 @@ ACT_COEF = {
     "fp32": dict(block=64, scores=4, outside=12, logits=8),
     "mixed": dict(block=36, scores=6, outside=14, logits=10),
 }
-AC_BLOCK_INPUTS = 4  # h-sized tensors per token a checkpointed block keeps
+# A checkpointed block keeps its input, the hidden states (one h-sized tensor per token), and every block
+# shares the causal mask (b·s² elements, built once). Measured: the tiny full_shard x 2 fp32 run with
+# checkpointing (2 x 235 tokens) 9,879,683 B of activations, this model 9,879,400; BLOOM-7b1's dry run at
+# 4 x 512 showed the 4 h-sized tensors once assumed here (the shared mask was taken for 3 more) 1.4 GB too many.
+AC_BLOCK_INPUTS = 1  # h-sized tensors per token a checkpointed block keeps
+AC_SHARED_MASK = 1   # b·s² elements every checkpointed block shares (the causal mask), compute dtype
 TOKEN_BYTES = 64  # input ids, labels, attention mask and position terms per token
 
 
@@ -198,7 +209,8 @@ def activation_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str =
     k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
     scores = batch_size * arch.heads * seq_len * seq_len
     block = AC_BLOCK_INPUTS * c * x * h if checkpointing else k["block"] * x * h + k["scores"] * scores
-    total = L * block + k["outside"] * x * h + TOKEN_BYTES * x + k["logits"] * x * V
+    shared = AC_SHARED_MASK * c * batch_size * seq_len ** 2 if checkpointing else 0
+    total = L * block + shared + k["outside"] * x * h + TOKEN_BYTES * x + k["logits"] * x * V
     if precision != "fp32" and sharding in ("none", "ddp"):
         total += c * (V * h + L * 12 * h * h)  # autocast's 16-bit copies of the matmul weights
     if sharding == "ddp" and not checkpointing:
@@ -246,16 +258,18 @@ def blocks_in_flight(device: str) -> int:
     return 1 if device == "cpu" else 2
 
 
-def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1,
-             precision: str = "bf16", batch_size: int = 8, max_length: int = 512, offload: bool = False,
-             activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1,
-             device: str = "cuda", loss: str = "full", answer_tokens: int | None = None) -> Breakdown:
-    """Predicted bytes per GPU (or CPU rank) by category for one config (see the module docstring).
+def _shard_size(sharding: str, world_size: int, replicas: int) -> int:
+    """Ranks one parameter is sharded over: the world under FSDP, a replica group under HSDP, 1 otherwise."""
+    if sharding in HYBRID_SHARDINGS:
+        if world_size % replicas:
+            raise ValueError(f"{sharding}: {replicas} replicas do not divide world size {world_size}")
+        return world_size // replicas
+    return world_size if sharding in FSDP_SHARDINGS else 1
 
-    `max_length` is the sequence length the step trains on (with dynamic padding: its longest example);
-    `device` "cpu" for a CPU rank (one block in flight), anything else a GPU; `loss` the training loss
-    (workshop.training.loss), `answer_tokens` the micro-batch's answer positions for answer_only."""
-    arch = get_arch(model)
+
+def _check(sharding: str, world_size: int, precision: str, batch_size: int, max_length: int, offload: bool,
+           replicas: int, grad_acc: int) -> None:
+    """Refuse a config the model cannot describe, naming the field (a wrong figure would be worse)."""
     if sharding not in SHARDINGS:
         raise ValueError(f"unknown sharding {sharding!r}; use one of {', '.join(SHARDINGS)}")
     if precision not in COMPUTE_BYTES:
@@ -266,52 +280,121 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
         raise ValueError("sharding 'none' is one process: use world_size=1, or ddp/an FSDP strategy")
     if offload and sharding in ("none", "ddp"):
         raise ValueError("offload needs an FSDP strategy")
-    fsdp = sharding in FSDP_SHARDINGS
-    if sharding in HYBRID_SHARDINGS:
-        if world_size % replicas:
-            raise ValueError(f"{sharding}: {replicas} replicas do not divide world size {world_size}")
-        n = world_size // replicas
-    else:
-        n = world_size if fsdp else 1
-    P, Vh, block = arch.params, arch.vocab * arch.hidden, arch.block_params
-    c = COMPUTE_BYTES[precision]
-    bd = Breakdown(n_params=P, shard_size=n)
-    x = batch_size * max_length
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What one optimizer step keeps alive, whatever the sharding: activations and the loss's terms."""
+
+    arch: Arch
+    x: int            # tokens in the micro-batch (b·s)
+    batch_size: int   # sequences in the micro-batch (b)
+    rows: int         # positions projected onto the vocabulary at once (the loss setting)
+    act_fwd: int      # activations alive at the end of forward
+    recomputed: int   # one checkpointed block's internals, recomputed in backward (0 without checkpointing)
+    bwd_floor: int    # a small loss: the activations' peak in backward (0 with the full loss)
+    loss_grad: int    # the loss's gradient w.r.t. the logits
+    bwd_extra: int    # a small loss: backward's temporaries above the start of backward
+
+    @property
+    def at_backward(self) -> int:
+        """Activations and the loss's terms at the step's activation-heavy moment (backward's start or a
+        block's recomputation)."""
+        return self.act_fwd + max(self.loss_grad + self.bwd_extra, self.recomputed)
+
+
+def _step(arch: Arch, sharding: str, precision: str, batch_size: int, max_length: int, checkpointing: bool,
+          loss: str, answer_tokens: int | None) -> tuple[_Step, int]:
+    """The step's activation terms, and the activation category's own peak (module docstring)."""
+    x, c = batch_size * max_length, COMPUTE_BYTES[precision]
     rows = logits_rows(loss, batch_size, max_length, answer_tokens)
-    bd.logits = c * rows * arch.vocab
-    stored, optim = 4 * P // n, 8 * P // n
-    act_fwd = activation_bytes(arch, batch_size, max_length, precision, activation_checkpointing, sharding)
-    recomputed = recomputed_block(arch, x, batch_size, max_length, precision, activation_checkpointing)
+    act_fwd = activation_bytes(arch, batch_size, max_length, precision, checkpointing, sharding)
+    recomputed = recomputed_block(arch, x, batch_size, max_length, precision, checkpointing)
     bwd_floor = 0   # a small loss: the activation category (and the peak) may come in backward instead
     if loss != "full":
         k = ACT_COEF["fp32" if precision == "fp32" else "mixed"]
-        ddp_out = c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing else 0
+        ddp_out = c * x * arch.vocab if sharding == "ddp" and not checkpointing else 0
         act_fwd += k["logits"] * (rows - x) * arch.vocab - ddp_out   # the model returns the loss, not logits
-        if not activation_checkpointing:
+        if not checkpointing:
             bwd_floor = (act_fwd - k["logits"] * rows * arch.vocab + BWD_SCORES * batch_size * arch.heads
                          * max_length ** 2 + BWD_H * x * arch.hidden)
+    loss_grad = c * rows * arch.vocab
+    bwd_extra = max(0, bwd_floor + BWD_TEMP_H * x * arch.hidden - act_fwd - loss_grad) if bwd_floor else 0
+    step = _Step(arch, x, batch_size, rows, act_fwd, recomputed, bwd_floor, loss_grad, bwd_extra)
     # the category's own peak: with checkpointing it comes in backward, when a block is recomputed on
     # top of what forward kept (the tracker counts recomputed tensors as activations)
-    bd.activations = max(act_fwd + recomputed, bwd_floor)
-    loss_grad = COMPUTE_BYTES[precision] * rows * arch.vocab
-    bwd_extra = max(0, bwd_floor + BWD_TEMP_H * x * arch.hidden - act_fwd - loss_grad) if bwd_floor else 0
+    return step, max(act_fwd + recomputed, bwd_floor)
+
+
+def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", world_size: int = 1,
+             precision: str = "bf16", batch_size: int = 8, max_length: int = 512, offload: bool = False,
+             activation_checkpointing: bool = False, replicas: int = 1, grad_acc: int = 1,
+             device: str = "cuda", loss: str = "full", answer_tokens: int | None = None) -> Breakdown:
+    """Predicted bytes per GPU (or CPU rank) by category for one config (see the module docstring).
+
+    `max_length` is the sequence length the step trains on (with dynamic padding: its longest example);
+    `device` "cpu" for a CPU rank (one block in flight), anything else a GPU; `loss` the training loss
+    (workshop.training.loss), `answer_tokens` the micro-batch's answer positions for answer_only."""
+    arch = get_arch(model)
+    _check(sharding, world_size, precision, batch_size, max_length, offload, replicas, grad_acc)
+    n = _shard_size(sharding, world_size, replicas)
+    bd = Breakdown(n_params=arch.params, shard_size=n)
+    step, bd.activations = _step(arch, sharding, precision, batch_size, max_length, activation_checkpointing,
+                                 loss, answer_tokens)
+    bd.logits = COMPUTE_BYTES[precision] * step.rows * arch.vocab
+    if sharding in FSDP_SHARDINGS:
+        _fsdp(bd, step, sharding, n, precision, offload, grad_acc, device, replicas)
+    else:
+        _unsharded(bd, step, sharding, precision, activation_checkpointing, grad_acc, loss)
+    return bd
+
+
+def _unsharded(bd: Breakdown, step: _Step, sharding: str, precision: str, checkpointing: bool, grad_acc: int,
+               loss: str) -> None:
+    """One process or DDP: every rank stores the whole model, its gradients and AdamW's state."""
+    arch, P, Vh = step.arch, step.arch.params, step.arch.vocab * step.arch.hidden
     # backward's temporaries: the largest of the logits' gradients and the h-sized ones near the embedding
-    bd.other = max(8 * rows * arch.vocab, 100 * x * arch.hidden + 4 * Vh)
-    if not fsdp:
-        bd.params, bd.grads, bd.optimizer = 4 * P, 4 * P, 8 * P
-        if grad_acc > 1:  # a later micro-batch's incoming gradient, counted as one before it is added in:
-            bd.grads += 4 * max(Vh, 4 * arch.hidden ** 2)  # the largest parameter's (the tied embedding)
-        if sharding == "ddp":
-            # the all-reduce works in DDP's gradient buckets: fp32 like the gradients they copy, allocated
-            # when DDP wraps the model, outside the tracker's view (so not in `other`; measured: the tracker's
-            # `other` of DDP runs is the one-process run's, tests/test_memory.py)
-            bd.ddp_buckets = 4 * P
-        ddp_out = c * x * arch.vocab if sharding == "ddp" and not activation_checkpointing and loss == "full" else 0
-        act_at_peak = act_fwd - ddp_out
-        held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
-        bd.peak = 4 * P + 8 * P + held + max(act_at_peak + loss_grad + bwd_extra, act_fwd + recomputed)
-        return bd
-    # FSDP2: what is gathered at once, in the compute dtype (MixedPrecisionPolicy param_dtype)
+    bd.other = max(8 * step.rows * arch.vocab, 100 * step.x * arch.hidden + 4 * Vh)
+    bd.params, bd.grads, bd.optimizer = 4 * P, 4 * P, 8 * P
+    if grad_acc > 1:  # a later micro-batch's incoming gradient, counted as one before it is added in:
+        bd.grads += 4 * max(Vh, 4 * arch.hidden ** 2)  # the largest parameter's (the tied embedding)
+    if sharding == "ddp":
+        # the all-reduce works in DDP's gradient buckets: fp32 like the gradients they copy, allocated
+        # when DDP wraps the model, outside the tracker's view (so not in `other`; measured: the tracker's
+        # `other` of DDP runs is the one-process run's, tests/test_memory.py)
+        bd.ddp_buckets = 4 * P
+    ddp_out = (COMPUTE_BYTES[precision] * step.x * arch.vocab
+               if sharding == "ddp" and not checkpointing and loss == "full" else 0)
+    held = 4 * P if grad_acc > 1 else 0  # the previous micro-batches' gradients, kept to accumulate
+    bd.peak = 4 * P + 8 * P + held + max(step.act_fwd - ddp_out + step.loss_grad + step.bwd_extra,
+                                         step.act_fwd + step.recomputed)
+
+
+# FSDP's backward temporaries beside the embedding's (bytes per x·h and per b·a·s² element). fp32: 100 per x·h
+# (the tiny runs; tiny full_shard x 2 dry runs at 64 to 512 tokens: 103 to 112). 16-bit: 24 per x·h and 6.5 per
+# attention score (BLOOM's softmax backward in fp32), fitted on four tiny bf16 dry runs (32 to 512 tokens, s 32
+# to 256) and both ranks of a real 2-rank bf16 run (s 216, 235): 3 to 10 % above each (the tests hold 16-bit
+# `other` as an upper bound), where 100 per x·h said up to +26 % (and +12.8 % at BLOOM-7b1, 4 x 512).
+# DDP and one process keep 100: a DDP step cannot be dry-run, so nothing measured a 16-bit one at size.
+TEMPS_PER_XH = {"fp32": 100, "mixed": 24}
+TEMPS_PER_SCORE = {"fp32": 0, "mixed": 6.5}
+
+
+def _fsdp_temporaries(step: _Step, precision: str) -> int:
+    """The h-sized and score-sized temporaries of backward near the embedding, under FSDP."""
+    kind = "fp32" if precision == "fp32" else "mixed"
+    arch, seq = step.arch, step.x // step.batch_size
+    return int(TEMPS_PER_XH[kind] * step.x * arch.hidden
+               + TEMPS_PER_SCORE[kind] * step.batch_size * arch.heads * seq ** 2)
+
+
+def _fsdp(bd: Breakdown, step: _Step, sharding: str, n: int, precision: str, offload: bool, grad_acc: int,
+          device: str, replicas: int) -> None:
+    """FSDP2: stored shards, the units gathered at once in the compute dtype (MixedPrecisionPolicy's
+    param_dtype), the unsharded gradients before their reduce-scatter, and where the peak falls."""
+    arch, P, Vh, block = step.arch, step.arch.params, step.arch.vocab * step.arch.hidden, step.arch.block_params
+    c = COMPUTE_BYTES[precision]
+    stored, optim = 4 * P // n, 8 * P // n
     kept = sharding in GRAD_OP_SHARDINGS   # every unit stays gathered from forward to backward
     gathered_max = c * P if kept else c * (Vh + blocks_in_flight(device) * block)
     gathered_at_peak = c * P if kept else c * Vh
@@ -319,27 +402,37 @@ def estimate(model: str | Arch = "bloom-560m", sharding: str = "full_shard", wor
     # no sync on non-final micro-batches: every unit keeps its unsharded gradient until the last one
     held = grad_dtype * P if grad_acc > 1 else 0
     bd.unsharded_grads = max(held, grad_dtype * (max(Vh, block) if offload else Vh))
+    # HSDP with 16-bit reduction: each block's reduce-scattered gradient shard (reduce dtype), kept for the
+    # all-reduce among the replicas until backward ends, so alive at the embedding's backward (BLOOM-7b1,
+    # 2 x 8, bf16: 30 x 2 B x 201 M / 8 = 1,440.4 MB, the dry run's 7,704.5 - 6,264.1 exactly). In fp32
+    # the shard is the stored gradient itself (the tiny 2 x 2 runs of tests/test_memory.py: nothing more)
+    # the tiny 2 x 2 bf16 dry run keeps one block's fewer at its peak, 7b1 none fewer: L - 1, within 1 % of both
+    hsdp_shards = grad_dtype * (arch.layers - 1) * block // n if replicas > 1 and precision != "fp32" else 0
     # backward's last unit, the tied embedding: the fp32 temporary of its backward (4 V·h, in the h-sized
-    # term above), its unsharded gradient and a block's, beside the h-sized temporaries; the logits'
+    # term), its unsharded gradient and a block's, beside the h-sized temporaries; the logits'
     # gradients come earlier and are gone by then, so the larger of the two is the category's peak
     # (benchmarks/paper: BLOOM-7b1 at 16 ranks, 1 x 512, where the additive buffers said +41 %)
-    bd.other = max(8 * rows * arch.vocab, 100 * x * arch.hidden + 4 * Vh + grad_dtype * (Vh + block))
+    # fp32 (no MixedPrecisionPolicy): the tied weight's gradient is accumulated in fp32 at the embedding's
+    # backward, one more V·h fp32 tensor beside them (BLOOM-560M fp32, 2 x 8, 1 x 256: dry run 2,988 MB,
+    # 3 x 4 V·h + 4 block; the 16-bit runs show none)
+    tied_acc = 4 * Vh if grad_dtype == 4 else 0
+    bd.other = max(8 * step.rows * arch.vocab,
+                   _fsdp_temporaries(step, precision) + 4 * Vh + grad_dtype * (Vh + block) + tied_acc + hsdp_shards)
     # the peak is either at backward's start (activations, the loss's gradient) or at its end, with every
     # sharded gradient reduced, the embedding gathered, its backward's fp32 temporary and unsharded gradient
     # (BLOOM-7b1 at 16 ranks, 1 x 512: the end, 14.7 GB, where the start alone said 12.1)
-    at_end = gathered_at_peak + held + (4 + grad_dtype) * Vh
+    at_end = gathered_at_peak + held + (4 + grad_dtype) * Vh + tied_acc + hsdp_shards
+    at_start = gathered_at_peak + held + step.at_backward
     if offload:
         bd.params = gathered_max
         bd.host_params, bd.host_grads, bd.host_optimizer = stored, 4 * P // n, optim
-        bd.peak = max(gathered_at_peak + held + act_fwd + max(loss_grad + bwd_extra, recomputed), at_end)
+        bd.peak = max(at_start, at_end)
         bd.notes.append("offload: sharded params, grads and AdamW states live in host memory")
     else:
         bd.params = stored + gathered_max
         bd.grads = 4 * P // n
         bd.optimizer = optim
-        bd.peak = stored + optim + max(gathered_at_peak + held + act_fwd + max(loss_grad + bwd_extra, recomputed),
-                                       bd.grads + at_end)
-    return bd
+        bd.peak = stored + optim + max(at_start, bd.grads + at_end)
 
 
 def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None,

@@ -33,6 +33,7 @@ from typing import Any, Iterator
 
 import torch
 
+from workshop.training import torch_private
 from workshop.training.config import ConfigError, RunConfig
 from workshop.training.counted_steps import INSTRUMENTED_STEPS
 from workshop.training.tensor_memory import CATEGORIES
@@ -89,8 +90,6 @@ def fake_world(cfg: RunConfig) -> Iterator[None]:
     (the process group, accelerate's shared state, the environment)."""
     import torch.distributed as dist
 
-    from workshop.training import torch_private
-
     if dist.is_initialized():
         raise RuntimeError("a process group already exists in this process: dry-run in a fresh one")
     # accelerate would put a CPU rank's batches on "cpu:0", FSDP2 its gathered parameters on "cpu": the same
@@ -113,11 +112,7 @@ def fake_world(cfg: RunConfig) -> Iterator[None]:
 
 
 def _reset_accelerate() -> None:
-    from accelerate.state import AcceleratorState, GradientState, PartialState
-
-    AcceleratorState._reset_state(reset_partial_state=True)
-    PartialState._reset_state()
-    GradientState._reset_state()
+    torch_private.reset_accelerate_state()
 
 
 def build_model(cfg: RunConfig, fake_mode: Any) -> torch.nn.Module:
@@ -170,7 +165,7 @@ def dry_run_trainer(cfg: RunConfig, model: torch.nn.Module) -> Any:
     trainer = DryRunTrainer(model=model, args=TrainingArguments(**kwargs), counter=StepCounter(), loss=cfg.loss)
     trainer.state = TrainerState(max_steps=STEPS)
     trainer.accelerator.device_placement = False    # (as DryRunTrainer: nothing to move)
-    trainer._prepare_for_training(STEPS, None, None)
+    torch_private.prepare_for_training(trainer, STEPS)
     if trainer.is_fsdp_enabled:
         # accelerate points the optimizer at the sharded parameters by matching data_ptr(), which fake
         # tensors lack (every one is 0): make the Trainer's optimizer again over the sharded parameters,
@@ -184,21 +179,23 @@ def dry_run_trainer(cfg: RunConfig, model: torch.nn.Module) -> Any:
 
 
 def collective_recorder() -> Any:
-    """`CommDebugMode` that also keeps each collective's size: kind, elements and bytes of the whole
-    tensor (an all-gather's output, a reduce-scatter's input: summary.json's `comm` convention)."""
-    from torch.distributed.tensor.debug import CommDebugMode
-
-    class CollectiveBytes(CommDebugMode):
+    """A dispatch mode that keeps each collective's kind, elements and bytes of the whole tensor (an
+    all-gather's output, a reduce-scatter's input: summary.json's `comm` convention), as `CommDebugMode`
+    sees them. Not `CommDebugMode` itself: its module tracker fails (IndexError in its forward hook) on a
+    step of several micro-batches, where the Trainer runs all but the last under `no_sync`."""
+    class CollectiveBytes(torch_private.dispatch_mode_class()):  # type: ignore[misc]
         def __init__(self) -> None:
             super().__init__()
             self.calls: list[dict[str, Any]] = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+            if any(t.__name__ == "DTensor" for t in types):
+                return NotImplemented   # as CommDebugMode: DTensor desugars into collectives on plain tensors first
             name = str(func).split(".")   # an OpOverload prints as "c10d._allgather_base_.default"
             kind = COLLECTIVE_KINDS.get(tuple(name[:2])) if len(name) > 2 else None
-            if kind is not None and not any(t.__name__ == "DTensor" for t in types):
+            if kind is not None:
                 self.calls.append(_collective(kind, args))
-            return super().__torch_dispatch__(func, types, args, kwargs)
+            return func(*args, **(kwargs or {}))
 
     return CollectiveBytes()
 
@@ -289,7 +286,7 @@ def optimizer_step(trainer: Any, batches: list[dict[str, Any]], items: Any, phas
     model, acc = trainer.model_wrapped, trainer.accelerator
     for i, inputs in enumerate(batches):
         last = i == len(batches) - 1
-        acc.gradient_state._set_sync_gradients(last)
+        torch_private.set_sync_gradients(acc, last)
         hook = trainer.model.register_forward_hook(lambda *_: phases.mark("forward")) \
             if phases is not None and last else None
         with contextlib.nullcontext() if last else acc.no_sync(model=model):
@@ -301,7 +298,7 @@ def optimizer_step(trainer: Any, batches: list[dict[str, Any]], items: Any, phas
     if phases is not None:
         phases.mark("backward")
     if trainer.args.max_grad_norm > 0:
-        trainer._clip_grad_norm(model)
+        torch_private.clip_grad_norm(trainer, model)
     _step_optimizer(trainer)
     trainer.lr_scheduler.step()
     model.zero_grad()
@@ -339,7 +336,7 @@ def job_world(cfg: RunConfig) -> Iterator[None]:
 def dry_run(cfg: RunConfig) -> dict[str, Any]:
     """The job of `cfg` at full size on fake tensors: rank 0's memory by category (its peak and each
     phase), the FLOPs of one optimizer step and every collective of one step (module docstring)."""
-    from workshop.training import models, torch_private, wrap_function
+    from workshop.training import models, wrap_function
 
     check_dry_runnable(cfg)
     started = time.perf_counter()
@@ -383,7 +380,7 @@ def format_report(result: dict[str, Any]) -> str:
         for phase, v in result["phases"].items()))
     lines.append(f"FLOPs per optimizer step (rank 0, FlopCounterMode): {result['flops_per_step']:.4g} "
                  f"for {result['tokens_per_step']:,} tokens")
-    lines.append("collectives per optimizer step (rank 0, CommDebugMode):")
+    lines.append("collectives per optimizer step (rank 0, as dispatched to c10d):")
     lines += [f"  {kind:<16}{v['calls']:>6} calls {v['elements']:>16,} elements {v['bytes']:>16,} bytes"
               for kind, v in result["comm"]["by_kind"].items()] or ["  none"]
     return "\n".join(lines)

@@ -108,6 +108,9 @@ NAMES: dict[str, PrivateName] = {
     "FakeStore": PrivateName(
         "torch.testing._internal.distributed.fake_pg:FakeStore",
         "the dry run: the store of the `fake` process group (collectives that return at once), any world size"),
+    "TorchDispatchMode": PrivateName(
+        "torch.utils._python_dispatch:TorchDispatchMode",
+        "the dry run's collective recorder: every c10d collective with its tensors, as CommDebugMode sees them"),
     "_dump_snapshot": PrivateName(
         "torch.cuda.memory:_dump_snapshot",
         "CUDA: writes that record as a pickle that pytorch.org/memory_viz opens"),
@@ -139,8 +142,32 @@ def not_measured_lines() -> list[str]:
     return list(_NOT_MEASURED)
 
 
+# The private names of the libraries above torch that the dry run (workshop.training.dryrun) drives: the
+# Trainer's own step pieces, so that a dry run runs what `Trainer.train` runs. Kept here with torch's, one
+# place to check on an upgrade of transformers or accelerate.
+TRAINER_CHECKED = ("transformers 5.23.0", "accelerate 1.15.0")
+TRAINER_NAMES: dict[str, PrivateName] = {
+    "_reset_state": PrivateName(
+        "accelerate.state:AcceleratorState._reset_state",
+        "the dry run: accelerate's state singletons (AcceleratorState, PartialState, GradientState) emptied "
+        "before and after, so the notebook's process keeps none", TRAINER_CHECKED),
+    "_prepare_for_training": PrivateName(
+        "transformers:Trainer._prepare_for_training",
+        "the dry run: the job's model wrapped (FSDP2 through accelerate), its optimizer and scheduler made, "
+        "as Trainer.train does it", TRAINER_CHECKED),
+    "_set_sync_gradients": PrivateName(
+        "accelerate.state:GradientState._set_sync_gradients",
+        "the dry run: Trainer._run_epoch's switch, no gradient sync but on a step's last micro-batch",
+        TRAINER_CHECKED),
+    "_clip_grad_norm": PrivateName(
+        "transformers:Trainer._clip_grad_norm",
+        "the dry run: the Trainer's gradient clipping (its all-reduce of the norms is one of the step's "
+        "collectives)", TRAINER_CHECKED),
+}
+
+
 def _missing(name: str, error: BaseException | None = None) -> NotOnThisTorch:
-    entry = NAMES[name]
+    entry = NAMES.get(name) or TRAINER_NAMES[name]
     why = f" ({type(error).__name__}: {error})" if error is not None else ""
     return NotOnThisTorch(f"{entry.path} is missing{why}; it was checked on torch {', '.join(entry.checked_on)} "
                           f"(used for: {entry.purpose}); see workshop/training/torch_private.py")
@@ -343,3 +370,35 @@ def is_fake(tensor: Any) -> bool:
 
 def fake_store() -> Any:
     return _import("FakeStore")()
+
+
+def dispatch_mode_class() -> Any:
+    """The base class of a mode that sees every op dispatched (the dry run's collective recorder)."""
+    return _import("TorchDispatchMode")
+
+
+# ------------------------------------------------------------------------------ the Trainer's step pieces
+
+
+def reset_accelerate_state() -> None:
+    """Empty accelerate's state singletons (a dry run builds its own, and leaves none behind)."""
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    _attr(AcceleratorState, "_reset_state")(reset_partial_state=True)
+    _attr(PartialState, "_reset_state")()
+    _attr(GradientState, "_reset_state")()
+
+
+def prepare_for_training(trainer: Any, max_steps: int) -> None:
+    """What `Trainer.train` does before its first step: wrap the model, make its optimizer and scheduler."""
+    _attr(trainer, "_prepare_for_training")(max_steps, None, None)
+
+
+def set_sync_gradients(accelerator: Any, sync: bool) -> None:
+    """Whether this micro-batch's backward syncs gradients (the Trainer's last micro-batch of a step does)."""
+    _attr(accelerator.gradient_state, "_set_sync_gradients")(sync)
+
+
+def clip_grad_norm(trainer: Any, model: Any) -> None:
+    """The Trainer's gradient clipping, as its step runs it."""
+    _attr(trainer, "_clip_grad_norm")(model)
