@@ -16,8 +16,10 @@ from a cell is the caller's route, which the scan flags (tests/copying_student.p
 from __future__ import annotations
 
 import ast
+import atexit
 import functools
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,6 +92,7 @@ def students_install() -> Path:
     from tests.test_student_install import build_wheel
 
     where = Path(tempfile.mkdtemp(prefix="terminal-student-"))
+    atexit.register(shutil.rmtree, where, True)
     wheel = build_wheel(where)
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target",
                     str(where / "site"), str(wheel)], check=True, capture_output=True, text=True)
