@@ -196,20 +196,13 @@ def test_replaced_test_cell_and_edited_number_lose_exactly_their_points(graded: 
     assert all(scores[k] == 0 for k in lost)
 
 
-# The student's install (the wheel) still holds the communication model and `fsdp_rules`: typed from a terminal,
-# they give notebook 03's bytes per step, its conclusion and the held fractions: 6.5 of 10.5 points, nbgrader and
-# verified alike (--runxfail on 2026-11-29's local course run; tests/terminal_student.py).
-# Issue 48 item 1 takes the reference models out of that install; until then this case fails, and says so.
-_OVER_A_QUARTER = {("03_sharding_strategies", "terminal")}
-
-
 def _strategy_cases() -> list:
     """Every copying strategy on every notebook (the challenge search on notebook 03 only). Issue 48 item 4 moved
     notebook 02's points from the cells a reader reaches by applying the stated rules (the 8-bit state, the fewest
-    GPUs: a formulas copier earned 8.75 of 14 before) to the memory rule on hidden cases."""
-    reason = "issue 48 item 1: workshop.results.comm and fsdp_rules are in the student's install"
-    return [pytest.param(n, s, marks=pytest.mark.xfail(strict=True, reason=reason)) if (n, s) in _OVER_A_QUARTER
-            else (n, s) for n in assignments() for s in STRATEGIES if s != "challenge" or n in CHALLENGE]
+    GPUs: a formulas copier earned 8.75 of 14 before) to the memory rule on hidden cases, and notebook 03's from
+    the values the communication model in the student's install computes from a terminal (6.5 of 10.5 before:
+    the bytes per step, the conclusion, the held fractions) to `sent_elements` on hidden cases."""
+    return [(n, s) for n in assignments() for s in STRATEGIES if s != "challenge" or n in CHALLENGE]
 
 
 @pytest.mark.parametrize("name,strategy", _strategy_cases())
