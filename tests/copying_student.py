@@ -21,6 +21,7 @@ import functools
 import nbformat
 
 from tests.lazy_student import fill_like_a_lazy_student
+from tests.terminal_student import type_terminal_answers
 
 COPIER: dict[str, dict[str, str]] = {
     "01_baseline": {
@@ -356,7 +357,9 @@ def call_like_a_caller(assignment: str):
 # - "challenge": notebook 03's budget challenge searched with the memory model (`lab.predict`, at top level):
 #   the largest micro-batch that fits, no offload, no checkpointing;
 # - "together": per cell, the formulas where the text gives one, else what the notebook prints, plus the
-#   challenge search and every helper the integrity scan does not flag (the flagged ones withhold every point).
+#   challenge search and every helper the integrity scan does not flag (the flagged ones withhold every point);
+# - "terminal": what the student's install computes in JupyterLab's terminal, typed into the cells as values
+#   (tests/terminal_student.py): no cell names reference code, so nothing is flagged.
 #
 # What none of them does is what only a reader's count shows (docs/grading.md): rearranging a stated formula,
 # reading a value off a plot, or adapting a helper's arguments by hand.
@@ -735,7 +738,7 @@ def helper_source(nb: nbformat.NotebookNode, assignment: str, keep_flagged: bool
     return out
 
 
-STRATEGIES = ("printed", "formulas", "helpers", "challenge", "together")
+STRATEGIES = ("printed", "formulas", "helpers", "challenge", "together", "terminal")
 
 
 def _append(nb: nbformat.NotebookNode, answers: dict[str, str]) -> None:
@@ -762,6 +765,9 @@ def copy_by(strategy: str, assignment: str):
     import ast
 
     def edit(nb: nbformat.NotebookNode) -> None:
+        if strategy == "terminal":   # values typed from the student's terminal (tests/terminal_student.py)
+            type_terminal_answers(nb, assignment)
+            return
         ids = {c.get("metadata", {}).get("nbgrader", {}).get("grade_id") for c in nb.cells}
         pick = lambda answers: {k: v for k, v in answers.get(assignment, {}).items() if k in ids}   # noqa: E731
         mine = {}

@@ -196,17 +196,13 @@ def test_replaced_test_cell_and_edited_number_lose_exactly_their_points(graded: 
     assert all(scores[k] == 0 for k in lost)
 
 
-# Notebook 02's memory cells are reachable by a strict reader who applies the rules the text states (issue 49 made
-# notebooks 01 and 02 state one gradient convention; a copier of it earned 8.75 of 14 on 2026-11-29): the points
-# are to be rebalanced toward derivations (issue 48, item 4). Until then these two fail, and say so.
-_OVER_A_QUARTER = {("02_fsdp_single_gpu", "formulas"), ("02_fsdp_single_gpu", "together")}
-
-
 def _strategy_cases() -> list:
-    return [pytest.param(n, s, marks=pytest.mark.xfail(strict=True, reason="issue 48 item 4: nb02's memory cells "
-                                                       "are reachable by applying the stated rules"))
-            if (n, s) in _OVER_A_QUARTER else (n, s)
-            for n in assignments() for s in STRATEGIES if s != "challenge" or n in CHALLENGE]
+    """Every copying strategy on every notebook (the challenge search on notebook 03 only). Issue 48 item 4 moved
+    notebook 02's points from the cells a reader reaches by applying the stated rules (the 8-bit state, the fewest
+    GPUs: a formulas copier earned 8.75 of 14 before) to the memory rule on hidden cases, and notebook 03's from
+    the values the communication model in the student's install computes from a terminal (6.5 of 10.5 before:
+    the bytes per step, the conclusion, the held fractions) to `sent_elements` on hidden cases."""
+    return [(n, s) for n in assignments() for s in STRATEGIES if s != "challenge" or n in CHALLENGE]
 
 
 @pytest.mark.parametrize("name,strategy", _strategy_cases())
@@ -214,7 +210,8 @@ def test_each_copying_strategy_and_all_of_them_together_earn_at_most_a_quarter(
         graded: tuple[Course, dict, dict], name: str, strategy: str) -> None:
     """A copier who applies every formula the text and the hints state, or calls every public function of
     `workshop` named like a graded answer, or searches notebook 03's challenge with the memory model, or reads
-    what the notebook prints (tests/copying_student.py), or does all of these at once: at most 25 % of the
+    what the notebook prints (tests/copying_student.py), or does all of these at once, or types what the student's
+    install computes in a terminal (tests/terminal_student.py): at most 25 % of the
     autograded points in the verified score; in nbgrader's score too, except where the review names the
     reference-only code it called and withholds its points. (The lazy filler's `globals()` is flagged too, so a
     filler-based copier's verified score is small anyway: nbgrader's score is the bound that tells; what the

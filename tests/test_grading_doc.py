@@ -77,6 +77,10 @@ def test_the_readers_count_covers_every_autograded_cell_and_needs_reasoning_for_
     assert {cell for cell, (_, count) in counted.items() if count != "R"} == \
         {cell for cell, says in copying.items() if says == "yes"}
     assert sum(points for points, count in counted.values() if count != "R") <= COPYABLE_SHARE * sum(auto.values())
+    # the sums the page states under the table are the table's
+    said = re.search(rf"{name[:2]}: (?:C \+ D = )?([0-9.]+) of ([0-9.]+)", DOC.read_text().split("### The reader's count")[1])
+    reached = sum(points for points, count in counted.values() if count != "R")
+    assert said and (float(said[1]), float(said[2])) == (reached, sum(auto.values())), (said, reached)
 
 
 @pytest.mark.parametrize("name", assignments())

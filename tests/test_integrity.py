@@ -332,7 +332,7 @@ def test_edited_saved_log_wins_nothing(exploits: tuple[Course, dict]) -> None:
     # the model-state arithmetic do not read the log and stand; the flag says why
     log_points = sum(v for k, v in course.max_points(A).items()
                      if k in ("nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s", "nb01-test-epoch-hours"))
-    assert log_points == 1.5 and columns["verified_score"] == columns["score"] - log_points
+    assert log_points == 0.75 and columns["verified_score"] == columns["score"] - log_points
     assert_no_points_or_flagged(0, columns, "edited numbers: the log's WORKSHOP_SUMMARY differs",
                                 "withheld: an earlier cell failed: .*edited numbers")
 
