@@ -5,8 +5,9 @@
 # own format, in a folder only root can write. A student can edit their log and results after the job, and
 # even re-make an unkeyed digest, but not this file: `workshop verify --seal-dir DIR` compares against it.
 #
-# Install (docs/instructor.md, "The root seal"): copy to the nodes, make DIR root-owned 0755 on storage the
-# grader reads, and in slurm.conf:   Epilog=/etc/slurm/seal-epilog.sh   (with WORKSHOP_SEAL_DIR set below).
+# Install (docs/instructor.md, "The root seal"): copy to each node as /etc/slurm/seal-epilog.sh, set SEAL_DIR
+# below to a root-owned 0755 folder the grader reads, and in slurm.conf:   Epilog=/etc/slurm/seal-epilog.sh
+# (WORKSHOP_SEAL_DIR, where slurmd's environment sets it, wins: the test cluster's wrapper sets it).
 #
 # An Epilog that fails drains the node, so this one always exits 0: a job it cannot seal is simply absent
 # from DIR (verify then says "no root seal"). The files are read as the job's own user (setpriv), so root

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.student_env import student_venv
+from tests.test_docs_commands import ROOT, fenced, sh
 from workshop.results import verify
 from workshop.results.root_seal import read_seal
 
@@ -62,13 +63,15 @@ def test_the_epilog_seals_the_job_where_the_student_cannot_write(cluster, sealed
     assert seal.is_file()
 
 
-def test_a_log_edited_after_its_job_is_flagged_through_the_root_seal(sealed_job, tmp_path, monkeypatch) -> None:
+def test_a_log_edited_after_its_job_is_flagged_through_the_root_seal(cluster, sealed_job, tmp_path,
+                                                                    monkeypatch) -> None:
     job, job_id, seal_dir = sealed_job
     monkeypatch.delenv(verify.KEY_ENV, raising=False)
     monkeypatch.delenv("WORKSHOP_PROFILE", raising=False)
-    copy = tmp_path / "student" / "01_baseline" / "jobs" / job.name
+    subs = tmp_path / "submitted"
+    copy = subs / "student" / "01_baseline" / "jobs" / job.name
     shutil.copytree(job, copy, ignore=shutil.ignore_patterns(".submit.lock"))
-    rc, genuine = run_verify(tmp_path, "--seal-dir", str(seal_dir))
+    rc, genuine = run_verify(subs, "--seal-dir", str(seal_dir))
     assert rc == 0 and genuine.ok, genuine.reasons
     # after the job: a better loss in summary.json and the log, and the unkeyed digest re-made to match
     run, log = copy / "run", copy / f"slurm-{job_id}.out"
@@ -81,10 +84,14 @@ def test_a_log_edited_after_its_job_is_flagged_through_the_root_seal(sealed_job,
     log.write_text("".join(
         "WORKSHOP_SUMMARY " + json.dumps(better) + "\n" if x.startswith("WORKSHOP_SUMMARY ") else
         "WORKSHOP_DIGEST " + json.dumps(forged) + "\n" if x.startswith("WORKSHOP_DIGEST ") else x for x in lines))
-    rc, unsealed = run_verify(tmp_path)
+    rc, unsealed = run_verify(subs)
     assert rc == 0 and unsealed.ok, unsealed.reasons          # without the root seal the forgery passes
-    rc, flagged = run_verify(tmp_path, "--seal-dir", str(seal_dir))
+    rc, flagged = run_verify(subs, "--seal-dir", str(seal_dir))
     assert rc == 1
-    assert [r.split(":")[0] for r in flagged.reasons] == [
-        f"run/digest.json was edited after job {job_id} ended", f"run/summary.json was edited after job {job_id} ended",
-        f"slurm-{job_id}.out was edited after job {job_id} ended"], flagged.reasons
+    edited = [f"{name} was edited after job {job_id} ended"
+              for name in ("run/digest.json", "run/summary.json", f"slurm-{job_id}.out")]
+    assert [r.split(":")[0] for r in flagged.reasons] == edited, flagged.reasons
+    # docs/instructor.md's line, as written, in the folder that holds submitted/
+    (line,) = [ln for ln in fenced(ROOT / "docs" / "instructor.md", "## The root seal") if "--seal-dir" in ln]
+    typed = sh(line.replace("<seal-dir>", str(seal_dir)), tmp_path, {"SLURM_CONF": cluster.env["SLURM_CONF"]})
+    assert typed.returncode == 1 and all(e in typed.stdout for e in edited), typed.stdout
