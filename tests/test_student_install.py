@@ -7,6 +7,9 @@ from the checkout."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -82,3 +85,12 @@ def test_the_students_install_as_bloom_env_yml_writes_it(tmp_path: Path) -> None
     assert all(path.startswith(str(site)) for path in (module, templates, profile)), ran.stdout
     assert (Path(templates) / "job.sh").is_file()
     assert not [p for p in venv.rglob("*") if p.name == "solutions" or p.suffix == ".ipynb" or p.name == "grading"]
+    # docs/student.md's kernel line, as written, from this install alone (scripts/ is the checkout's, not theirs)
+    (line,) = re.findall(r"`(python -m workshop\.course\.kernel [^`]+)`", (ROOT / "docs" / "student.md").read_text())
+    env = dict(os.environ, HOME=str(tmp_path / "home"), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.pop("JUPYTER_DATA_DIR", None)
+    kernel = subprocess.run(["bash", "-c", line.replace("<your-site>", "ci")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert kernel.returncode == 0, kernel.stderr
+    spec = json.loads((tmp_path / "home" / ".local/share/jupyter/kernels/fsdp-workshop/kernel.json").read_text())
+    assert spec["argv"][0] == python and spec["env"]["WORKSHOP_PROFILE"] == "ci"
