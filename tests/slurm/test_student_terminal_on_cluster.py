@@ -26,8 +26,10 @@ ROUTES = f"""cd "$COURSE"
 echo "PYTHON $(command -v python)"
 python -c "from workshop.grading import answer_key as a; print('GRADED', {KEY_CALL})"
 python -c "from workshop.course import answer_key as a; print('GRADED', {KEY_CALL})"
-python -c "import workshop, pathlib; print('MODULES', [str(p) for p in pathlib.Path(workshop.__file__).parent.rglob('*') if 'grading' in p.parts or 'answer' in p.name])"
-find -L "$COURSE" "$(python -c 'import sys; print(sys.prefix)')" \\( -name solutions -o -name 'answer_key*' -o -name grading -o -name gradebook.db -o -name source \\) -print | sed 's/^/FOUND /'
+python -c "import workshop, pathlib; print('MODULES', [str(p) for p in pathlib.Path(workshop.__file__).parent.rglob('*') \\
+  if 'grading' in p.parts or 'answer' in p.name])"
+find -L "$COURSE" "$(python -c 'import sys; print(sys.prefix)')" \\( -name solutions -o -name 'answer_key*' -o -name grading \\
+  -o -name gradebook.db -o -name source \\) -print | sed 's/^/FOUND /'
 echo ROUTES-DONE
 """
 
