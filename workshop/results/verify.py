@@ -21,7 +21,9 @@ numbers of their own. That holds only if students cannot read the key: on a real
 the job through a mechanism they do not control (a Slurm prolog, or a file readable only by a job
 user), never through a profile or environment they can read. Without a key the digest is a plain
 SHA-256 that anyone can recompute: it catches careless edits, not a forger. The sacct checks hold
-either way, as far as accounting can be trusted.
+either way, as far as accounting can be trusted. What a student cannot forge is the root seal
+(`--seal-dir`, workshop.results.root_seal): the SHA-256 of each job's log and results, recorded as root by
+the site's Slurm Epilog when the job ended.
 
 Jobs of the local backend (`job.json` says backend "local", ids `local-N`) have no accounting: they
 are checked against their own job.json instead (the log's job number, start time and hosts against
