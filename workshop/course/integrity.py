@@ -309,7 +309,8 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
     # the scan: cells the student could edit, and locked cells they changed
     locked = {c.name: c.source for c in cells if c.cell_type == "code" and c.locked and not c.solution}
     tests = {c.name for c in cells if c.points is not None}
-    key = answer_key(locked, tests, [c.source for c in cells if c.solution and c.cell_type == "code"])
+    # the answer key's names, for the scan; `key` stays the site's digest key, for the jobs' seals below
+    references = answer_key(locked, tests, [c.source for c in cells if c.solution and c.cell_type == "code"])
     present, to_scan, where = set(), [], {}
     defaults = release_parameters(root, assignment, notebook)
     for i, cell in enumerate(submitted.cells, 1):
@@ -324,7 +325,7 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
             continue
         present.add(grade_id)
         to_scan.append((i, Cell(grade_id or f"cell {i} (no grade id)", cell.source, locked.get(grade_id))))
-    found = scan_findings([c for _, c in to_scan], protected_names(locked.values()), key)
+    found = scan_findings([c for _, c in to_scan], protected_names(locked.values()), references)
     review.reasons += [reason for _, reason in found]
     # the first cell the student wrote that the scan flagged: what nbgrader scored after it ran in a
     # kernel that cell could have changed (an edited locked cell is not one: nbgrader ran the original)
