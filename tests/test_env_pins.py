@@ -54,7 +54,7 @@ def env_pins(text: str) -> dict[str, str]:
     for dep in env["dependencies"]:
         if isinstance(dep, dict):
             for line in dep.get("pip", []):
-                if line.startswith("-"):          # --extra-index-url, -e .
+                if line.startswith("-") or line == ".":   # --extra-index-url; the course package itself
                     continue
                 req = Requirement(line)
                 specs = list(req.specifier)
@@ -89,7 +89,8 @@ def test_bloom_env_is_the_course_env() -> None:
     assert env["name"] == "bloom_env"
     assert "python=3.11" in env["dependencies"] and "pip" in env["dependencies"]
     pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
-    assert "-e ." in pip, "the course package itself must be installed, or `import workshop` fails"
+    assert "." in pip, "the course package itself must be installed, or `import workshop` fails"
+    assert "-e ." not in pip, "the students' install is not editable (issue 48: tests/test_student_install.py)"
     index = [x for x in pip if x.startswith("--extra-index-url")]
     assert index and re.search(r"download\.pytorch\.org/whl/cu\d+$", index[0]), "torch must be the CUDA build"
 

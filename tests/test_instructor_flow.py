@@ -59,7 +59,10 @@ def fresh_course_root(dest: Path) -> Path:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, text=True, check=True).stdout
     for name in filter(None, files.split("\0")):
         src = REPO / name
-        if src.is_file():
+        if src.is_symlink():                    # workshop/slurm/files -> ../../slurm, as a clone has it
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            (dest / name).symlink_to(os.readlink(src))
+        elif src.is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / name)
     (dest / ".venv").symlink_to(REPO / ".venv")

@@ -1,45 +1,96 @@
-"""The student's install (issue 48, item 1): the course package built from the checkout, not editable, holds
-no grading room, so in a fresh virtual environment the answer key does not import and no `solutions/` or
-notebook lands in site-packages. The instructor's editable install (`make venv`, the grading environment of
-docs/instructor.md) reads `workshop.grading` from the checkout."""
+"""The student's install (issue 48, item 1): the course package as bloom_env.yml installs it (`pip install .` of the
+checkout, not editable) holds no grading room, so in a fresh virtual environment the answer key does not import and
+no `solutions/` or notebook lands in site-packages; it carries what the jobs need (the batch templates, the site
+profiles, the OOD app: workshop/slurm/files, a link to the checkout's slurm/ that the wheel copies). The
+instructor's editable install (`make venv`, the grading environment of docs/instructor.md) reads `workshop.grading`
+from the checkout."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import shutil
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
+DEV_SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def course_copy(tmp_path: Path) -> Path:
+    """The checkout's package files in a folder of their own (a build writes build/ and *.egg-info beside them);
+    workshop/slurm/files is copied as the files it links to."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "workshop", src / "workshop", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "slurm", src / "slurm")
+    for name in ("pyproject.toml", "README.md", "bloom_env.yml"):
+        shutil.copy2(ROOT / name, src / name)
+    return src
 
 
 def build_wheel(tmp_path: Path) -> Path:
-    """`pip wheel` of a copy of the checkout's package files (the build writes nothing into the checkout)."""
-    src = tmp_path / "src"
-    shutil.copytree(ROOT / "workshop", src / "workshop", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(ROOT / name, src / name)
+    """`pip wheel` of a copy of the checkout's package files."""
+    src = course_copy(tmp_path)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                     str(tmp_path / "dist"), str(src)], check=True, capture_output=True, text=True)
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     return wheel
 
 
-def test_the_students_install_has_no_answer_key_and_no_solutions(tmp_path: Path) -> None:
-    wheel = build_wheel(tmp_path)
-    names = zipfile.ZipFile(wheel).namelist()
+def bloom_env_course_line() -> str:
+    """The pip line of bloom_env.yml that installs the course package (the last one)."""
+    env = yaml.safe_load((ROOT / "bloom_env.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    return pip[-1]
+
+
+def test_the_wheel_carries_the_jobs_files_and_no_grading_room(tmp_path: Path) -> None:
+    names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     assert [n for n in names if n.startswith("workshop/grading/") or "solutions/" in n or n.endswith(".ipynb")] == []
     assert "workshop/course/lab.py" in names                         # the course itself is there
+    for part in ("templates/job.sh", "profiles/ci.toml", "profiles/example-hpc.toml", "ood/form.yml.erb"):
+        assert f"workshop/slurm/files/{part}" in names, part
+    assert not [n for n in names if n.startswith("workshop/slurm/files/admin/")]   # the site admin's Epilog
+
+
+def test_the_students_install_as_bloom_env_yml_writes_it(tmp_path: Path) -> None:
+    """bloom_env.yml's own line, as pip runs it beside the file, into a fresh venv that sees the pinned packages
+    (the dev venv's site-packages, on a .pth line: its editable finder is not loaded from there)."""
+    line = bloom_env_course_line()
+    assert line == ".", f"bloom_env.yml installs the course as {line!r}: a student's install must not be editable"
+    src = course_copy(tmp_path)
     venv = tmp_path / "student"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # without a pip of its own: the venv's bundled setuptools would shadow the pinned one (no bdist_wheel)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
+    site = venv / "lib" / DEV_SITE.parent.name / "site-packages"
+    (site / "zz-pinned-packages.pth").write_text(f"{DEV_SITE}\n")
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps",
+                          "--no-build-isolation", "--no-index", line], cwd=src, capture_output=True, text=True)
+    assert pip.returncode == 0, pip.stderr[-3000:]
+    shutil.rmtree(src)                                               # nothing of the checkout is left to read
     # from a folder that is not the checkout, as a student's course folder is not (`python -c` reads its cwd first)
     key = subprocess.run([python, "-c", "from workshop.grading import answer_key"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert key.returncode == 1 and "ModuleNotFoundError: No module named 'workshop.grading'" in key.stderr
-    ran = subprocess.run([python, "-c", "import workshop.course.student_folder as s; print(s.__file__)"],
-                         cwd=tmp_path, capture_output=True, text=True, check=True)
-    assert str(venv) in ran.stdout                                   # the wheel's copy, not the checkout's
-    assert not [p for p in venv.rglob("*") if p.name == "solutions" or p.suffix == ".ipynb"]
+    ran = subprocess.run([python, "-c", "import workshop.slurm.profiles as p; print(p.__file__); print(p.TEMPLATES_DIR);"
+                          "print(p.load_profile('ci').source)"], cwd=tmp_path, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    module, templates, profile = ran.stdout.splitlines()
+    assert all(path.startswith(str(site)) for path in (module, templates, profile)), ran.stdout
+    assert (Path(templates) / "job.sh").is_file()
+    assert not [p for p in venv.rglob("*") if p.name == "solutions" or p.suffix == ".ipynb" or p.name == "grading"]
+    # docs/student.md's kernel line, as written, from this install alone (scripts/ is the checkout's, not theirs)
+    (line,) = re.findall(r"`(python -m workshop\.course\.kernel [^`]+)`", (ROOT / "docs" / "student.md").read_text())
+    env = dict(os.environ, HOME=str(tmp_path / "home"), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.pop("JUPYTER_DATA_DIR", None)
+    kernel = subprocess.run(["bash", "-c", line.replace("<your-site>", "ci")], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert kernel.returncode == 0, kernel.stderr
+    spec = json.loads((tmp_path / "home" / ".local/share/jupyter/kernels/fsdp-workshop/kernel.json").read_text())
+    assert spec["argv"][0] == python and spec["env"]["WORKSHOP_PROFILE"] == "ci"

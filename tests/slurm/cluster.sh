@@ -12,6 +12,7 @@
 #   pids/   "PID COMM" of every daemon this script started
 #   gpu/    fake GPU device files (symlinks to /dev/null)   mysql/  MariaDB data dir
 #   shared/ mode 1777, for job output (writable by every user, e.g. `student`)
+#   seal/   root 0755: the root seal (slurm/admin/seal-epilog.sh, this cluster's Epilog) writes <job>.sha256
 #
 # Nodes n1, n2 both run on 127.0.0.1 (Slurm's MULTIPLE_SLURMD), each slurmd in its own UTS
 # namespace so `srun hostname` prints n1 / n2. Each node advertises 4 CPUs, 8 GiB and 2 fake
@@ -38,6 +39,8 @@ MARK="# WORKSHOP-SLURM-MANAGED: written by tests/slurm/cluster.sh; safe to delet
 SYSTEM_CONF=/etc/slurm/slurm.conf
 CONF=$DIR/etc/slurm.conf
 MUNGE_SOCKET=$DIR/munge/munge.socket
+SEAL_DIR=$DIR/seal            # the root seal's records (docs/instructor.md, "The root seal")
+SEAL_EPILOG=$(dirname "$(realpath "${BASH_SOURCE[0]}")")/../../slurm/admin/seal-epilog.sh
 MYSQL_SOCKET=$DIR/mysql/mysqld.sock
 WAIT_S=${WORKSHOP_SLURM_WAIT_S:-60}
 
@@ -210,6 +213,8 @@ MailProg=/bin/true
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 PrologFlags=Alloc
+# the root seal: at each job's end, root records the SHA-256 of its log and results in $SEAL_DIR
+Epilog=$DIR/etc/epilog.sh
 MpiDefault=none
 SwitchType=switch/none
 JobAcctGatherType=jobacct_gather/linux
@@ -287,6 +292,15 @@ StorageLoc=slurm_acct_db
 EOF
 }
 
+# The course's root seal as this cluster's Epilog: the repository's script, and a wrapper that names
+# this cluster's seal folder and configuration (slurm.conf's Epilog= takes a path, no arguments).
+seal_epilog() {
+  install -d -m 0755 -o root -g root "$SEAL_DIR"
+  write_if_changed "$DIR/etc/seal-epilog.sh" 0755 <"$SEAL_EPILOG"
+  printf '#!/bin/sh\n%s\nWORKSHOP_SEAL_DIR=%q SLURM_CONF=%q exec /bin/sh %q\n' "$MARK" "$SEAL_DIR" "$CONF" \
+    "$DIR/etc/seal-epilog.sh" | write_if_changed "$DIR/etc/epilog.sh" 0755
+}
+
 prepare_dirs() {
   install -d -m 0755 "$DIR" "$DIR/etc" "$DIR/state" "$DIR/spool" "$DIR/log" "$DIR/pids" "$DIR/run" "$DIR/gpu"
   install -d -m 1777 "$DIR/shared"
@@ -305,6 +319,7 @@ prepare_dirs() {
   echo "$ACCOUNTING" >"$DIR/accounting"
   slurm_conf | write_if_changed "$CONF" 0644
   gres_conf | write_if_changed "$DIR/etc/gres.conf" 0644
+  seal_epilog
   if [[ $ACCOUNTING == slurmdbd ]]; then
     slurmdbd_conf | write_if_changed "$DIR/etc/slurmdbd.conf" 0600
   else
@@ -511,6 +526,7 @@ cmd_env() {
   echo "export WORKSHOP_SLURM_DIR=$DIR"
   echo "export WORKSHOP_SLURM_SHARED=$DIR/shared"
   echo "export WORKSHOP_SLURM_ACCOUNTING=$ACCOUNTING"
+  echo "export WORKSHOP_SLURM_SEAL=$SEAL_DIR"
 }
 
 case "${1:-}" in

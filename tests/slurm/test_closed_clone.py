@@ -32,7 +32,10 @@ def closed_clone() -> Path:
                             capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
         src = ROOT / name
-        if src.is_file():
+        if src.is_symlink():                    # workshop/slurm/files -> ../../slurm, as a clone has it
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            (clone / name).symlink_to(os.readlink(src))
+        elif src.is_file():
             (clone / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, clone / name)
     (clone / ".venv").symlink_to(Path(sys.prefix))

@@ -46,44 +46,21 @@ from typing import Any, Iterator
 from workshop.course import checks
 from workshop.slurm.shared import instructor_original, instructor_roots_of
 from workshop.course.scan import Cell, answer_key, bound_names, protected_names, read_names, scan_findings
-from workshop.results.verify import KEY_ENV, digest, read_log, read_metrics, saved_digest
+from workshop.results.verify import KEY_ENV, digest_seal, read_log, saved_digest
 
 
 # ---------------------------------------------------------------------------------- job seals
 def seal_problems(folder: Path, key: str | None = None) -> list[str]:
-    """What does not add up between a saved job's log, its results and the digest the run wrote."""
+    """What does not add up between a saved job's log, its results and the digest the run wrote (the check
+    `workshop verify` makes: workshop.results.verify.digest_seal, job id included)."""
     try:
         job_id = str(json.loads((folder / "job.json").read_text())["job_id"])
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         return ["no readable job.json"]
     log_path = folder / f"slurm-{job_id}.out"
-    run = folder / "run"
     if not log_path.is_file():
         return [f"no log slurm-{job_id}.out"]
-    facts = read_log(log_path)
-    if not (run / "summary.json").is_file() and facts.summary is None:
-        return []   # the run wrote no results (a failed job, a bandwidth test): nothing to seal
-    if not (run / "digest.json").is_file():
-        return ["results without run/digest.json: they cannot be checked"]
-    try:
-        saved = json.loads((run / "digest.json").read_text())
-        summary = json.loads((run / "summary.json").read_text())
-        metrics = read_metrics(run / "metrics.jsonl")
-    except (OSError, ValueError):
-        return ["run/summary.json, metrics.jsonl or digest.json is unreadable"]
-    problems = []
-    keyed = bool(saved.get("keyed"))
-    if key or not keyed:
-        if digest(str(saved.get("job_id")), summary, metrics, key if keyed else None)["digest"] != saved.get("digest"):
-            problems.append("edited numbers: summary.json / metrics.jsonl do not match the run's digest")
-    if facts.digest is None or facts.digest.get("digest") != saved.get("digest"):
-        problems.append("the log's WORKSHOP_DIGEST line does not match run/digest.json")
-    if facts.summary is not None and facts.summary != summary:
-        problems.append("edited numbers: the log's WORKSHOP_SUMMARY differs from run/summary.json")
-    records = {json.dumps(r, sort_keys=True) for r in metrics}
-    if any(json.dumps(r, sort_keys=True) not in records for r in facts.metrics):
-        problems.append("edited numbers: a WORKSHOP_METRICS line of the log is not in run/metrics.jsonl")
-    return problems
+    return digest_seal(folder / "run", job_id, read_log(log_path), key).reasons
 
 
 # ---------------------------------------------------------------------------------- the re-run
@@ -332,7 +309,8 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
     # the scan: cells the student could edit, and locked cells they changed
     locked = {c.name: c.source for c in cells if c.cell_type == "code" and c.locked and not c.solution}
     tests = {c.name for c in cells if c.points is not None}
-    key = answer_key(locked, tests, [c.source for c in cells if c.solution and c.cell_type == "code"])
+    # the answer key's names, for the scan; `key` stays the site's digest key, for the jobs' seals below
+    references = answer_key(locked, tests, [c.source for c in cells if c.solution and c.cell_type == "code"])
     present, to_scan, where = set(), [], {}
     defaults = release_parameters(root, assignment, notebook)
     for i, cell in enumerate(submitted.cells, 1):
@@ -347,7 +325,7 @@ def review_notebook(review: Review, gb: Any, root: Path, notebook: str, key: str
             continue
         present.add(grade_id)
         to_scan.append((i, Cell(grade_id or f"cell {i} (no grade id)", cell.source, locked.get(grade_id))))
-    found = scan_findings([c for _, c in to_scan], protected_names(locked.values()), key)
+    found = scan_findings([c for _, c in to_scan], protected_names(locked.values()), references)
     review.reasons += [reason for _, reason in found]
     # the first cell the student wrote that the scan flagged: what nbgrader scored after it ran in a
     # kernel that cell could have changed (an edited locked cell is not one: nbgrader ran the original)

@@ -21,7 +21,9 @@ numbers of their own. That holds only if students cannot read the key: on a real
 the job through a mechanism they do not control (a Slurm prolog, or a file readable only by a job
 user), never through a profile or environment they can read. Without a key the digest is a plain
 SHA-256 that anyone can recompute: it catches careless edits, not a forger. The sacct checks hold
-either way, as far as accounting can be trusted.
+either way, as far as accounting can be trusted. What a student cannot forge is the root seal
+(`--seal-dir`, workshop.results.root_seal): the SHA-256 of each job's log and results, recorded as root by
+the site's Slurm Epilog when the job ended.
 
 Jobs of the local backend (`job.json` says backend "local", ids `local-N`) have no accounting: they
 are checked against their own job.json instead (the log's job number, start time and hosts against
@@ -44,6 +46,7 @@ from typing import Any, Iterable
 
 from workshop.training.checkpoints import KEY_ENV, digest, read_metrics
 from workshop.results.logs import json_obj
+from workshop.results.root_seal import SEAL_ENV, root_seal_problems
 from workshop.slurm.profiles import ProfileError
 
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
@@ -183,8 +186,10 @@ def _expand_one(item: str) -> set[str]:
     return out
 
 
-def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | None) -> None:
-    """Fill `v.reasons` with everything that does not add up for one job folder."""
+def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | None,
+              seal_dir: Path | None = None) -> None:
+    """Fill `v.reasons` with everything that does not add up for one job folder (`seal_dir`: the root seal's
+    folder, where the site's Epilog records each Slurm job's files at its end)."""
     log_path = v.folder / f"slurm-{v.job}.out"
     if not log_path.is_file():
         v.reasons.append(f"no log slurm-{v.job}.out in the job folder")
@@ -214,6 +219,8 @@ def check_job(v: Verdict, record: dict[str, str] | None, user: str, key: str | N
         if facts.end and end and abs((facts.end - end).total_seconds()) > TIME_TOLERANCE_S:
             v.reasons.append(f"the log ends at {facts.end.isoformat()}, Slurm ended the job at {record['End']}")
     check_digest(v, facts, key)
+    if seal_dir is not None and v.backend == "slurm":
+        v.reasons += root_seal_problems(v.folder, v.job, seal_dir)
 
 
 def _owner(path: Path) -> str:
@@ -248,38 +255,64 @@ def check_local(v: Verdict, facts: LogFacts) -> None:
         v.reasons.append(f"the log's hosts {sorted(hosts)} are not this job's {sorted(h for h in allowed if h)}")
 
 
-def check_digest(v: Verdict, facts: LogFacts, key: str | None) -> None:
-    """The run's digest against its files and its log: edited numbers no longer match."""
-    run = v.folder / "run"
+@dataclass
+class SealCheck:
+    """What a job folder's digest seal says: the problems (reasons to flag), notes, and the digest it holds."""
+
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    digest: str | None = None
+
+
+def digest_seal(run: Path, job: str, facts: LogFacts, key: str | None) -> SealCheck:
+    """The run's digest (run/digest.json) against the job's id, its files and its log: edited numbers, or a
+    digest of another job, no longer match. The one check `workshop verify` and the integrity review share.
+    `job`: Slurm's id, or the local backend's `local-N` (which ran, and signed, as N)."""
+    number = job.removeprefix("local-")
+    out = SealCheck()
     summary_path, digest_path = run / "summary.json", run / "digest.json"
     if not summary_path.is_file() and facts.summary is None:
-        v.notes.append("no results (the run did not finish)")
-        return
+        out.notes.append("no results (the run did not finish)")
+        return out
     if not digest_path.is_file():
-        v.reasons.append("results without run/digest.json: they cannot be checked")
-        return
-    saved = json.loads(digest_path.read_text())
-    v.digest = saved.get("digest")
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
-    if saved.get("job_id") != v.number:
-        v.reasons.append(f"digest.json belongs to job {saved.get('job_id')}, not {v.job}")
+        out.reasons.append("results without run/digest.json: they cannot be checked")
+        return out
+    try:
+        saved = json.loads(digest_path.read_text())
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else None
+        metrics = read_metrics(run / "metrics.jsonl")
+    except (OSError, ValueError):
+        out.reasons.append("run/summary.json, metrics.jsonl or digest.json is unreadable")
+        return out
+    out.digest = saved.get("digest")
+    if str(saved.get("job_id")) != number:
+        out.reasons.append(f"digest.json belongs to job {saved.get('job_id')}, not {job}")
     if key and not saved.get("keyed"):
-        v.reasons.append("an unkeyed digest where this site's jobs sign theirs: recomputed by hand?")
+        out.reasons.append("an unkeyed digest where this site's jobs sign theirs: recomputed by hand?")
     elif saved.get("keyed") and not key:
-        v.notes.append(f"keyed digest not checked: set {KEY_ENV}")
+        out.notes.append(f"keyed digest not checked: set {KEY_ENV}")
     else:
-        expected = digest(v.number, summary or {}, read_metrics(run / "metrics.jsonl"), key if saved.get("keyed") else None)
+        expected = digest(number, summary or {}, metrics, key if saved.get("keyed") else None)
         if summary is None or expected["digest"] != saved.get("digest"):
-            v.reasons.append("edited numbers: summary.json / metrics.jsonl do not match the run's digest")
+            out.reasons.append("edited numbers: summary.json / metrics.jsonl do not match the run's digest")
         if not saved.get("keyed"):
-            v.notes.append("unkeyed digest: detects careless edits only")
+            out.notes.append("unkeyed digest: detects careless edits only")
     if facts.digest is None or facts.digest.get("digest") != saved.get("digest"):
-        v.reasons.append("the log's WORKSHOP_DIGEST line does not match run/digest.json")
+        out.reasons.append("the log's WORKSHOP_DIGEST line does not match run/digest.json")
     if facts.summary is not None and facts.summary != summary:
-        v.reasons.append("edited numbers: the log's WORKSHOP_SUMMARY differs from run/summary.json")
-    file_records = {json.dumps(r, sort_keys=True) for r in read_metrics(run / "metrics.jsonl")}
+        out.reasons.append("edited numbers: the log's WORKSHOP_SUMMARY differs from run/summary.json")
+    file_records = {json.dumps(r, sort_keys=True) for r in metrics}
     if any(json.dumps(r, sort_keys=True) not in file_records for r in facts.metrics):
-        v.reasons.append("edited numbers: a WORKSHOP_METRICS line of the log is not in run/metrics.jsonl")
+        out.reasons.append("edited numbers: a WORKSHOP_METRICS line of the log is not in run/metrics.jsonl")
+    return out
+
+
+def check_digest(v: Verdict, facts: LogFacts, key: str | None) -> None:
+    """The run's digest against its files and its log, into the verdict."""
+    sealed = digest_seal(v.folder / "run", v.job, facts, key)
+    v.reasons += sealed.reasons
+    v.notes += sealed.notes
+    v.digest = sealed.digest
 
 
 def job_folders(submissions: Path) -> list[Verdict]:
@@ -305,10 +338,11 @@ def job_folders(submissions: Path) -> list[Verdict]:
 
 
 def verify(submissions: Path, users: dict[str, str] | None = None, key: str | None = None,
-           profile: str | Path | None = None) -> list[Verdict]:
+           profile: str | Path | None = None, seal_dir: Path | None = None) -> list[Verdict]:
     """Check every submitted job; `users` maps a submission folder name to its Unix user (default: same).
     `profile` names the site profile whose instructor_jobs folder holds the instructor-run jobs (default:
-    $WORKSHOP_PROFILE's, and the profiles of this checkout the jobs name)."""
+    $WORKSHOP_PROFILE's, and the profiles of this checkout the jobs name). `seal_dir`: the root seal's
+    folder (workshop.results.root_seal); None checks no root seal."""
     from workshop.slurm.shared import instructor_original, instructor_roots
 
     users = users or {}
@@ -320,7 +354,7 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
             v.notes.append(f"the instructor's job for the class ({v.instructor})")
     records = sacct(v.job for v in verdicts if v.backend == "slurm")
     for v in verdicts:
-        check_job(v, records.get(v.job), users.get(v.student, v.student), key)
+        check_job(v, records.get(v.job), users.get(v.student, v.student), key, seal_dir)
     by_job: dict[str, list[Verdict]] = {}
     by_digest: dict[str, list[Verdict]] = {}
     for v in verdicts:
@@ -384,6 +418,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--user-map", help="CSV of student,unix_user where submission folders are not user names")
     p.add_argument("--profile", help="site profile whose [course] instructor_jobs holds the instructor-run jobs "
                                      "(default: WORKSHOP_PROFILE's, and each job's own profile in slurm/profiles/)")
+    p.add_argument("--seal-dir", type=Path, default=os.environ.get(SEAL_ENV) or None,
+                   help="the root seal's folder, where the site's Slurm Epilog records each job's files at its end "
+                        f"(docs/instructor.md, 'The root seal'; default: ${SEAL_ENV})")
     args = p.parse_args(argv)
     root = Path(args.submissions)
     if not root.is_dir():
@@ -391,7 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     key = os.environ.get(KEY_ENV) or None
     try:
-        verdicts = verify(root, read_user_map(args.user_map), key, args.profile)
+        if args.seal_dir is not None and not Path(args.seal_dir).is_dir():
+            raise OSError(f"no root seal folder {args.seal_dir}: give the folder the site's Epilog writes")
+        verdicts = verify(root, read_user_map(args.user_map), key, args.profile,
+                          Path(args.seal_dir) if args.seal_dir else None)
     except (RuntimeError, OSError, subprocess.SubprocessError, ProfileError) as e:
         print(f"workshop verify: {e}", file=sys.stderr)
         return 2
@@ -400,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(table(verdicts))
     flagged = sum(not v.ok for v in verdicts)
-    print(f"\n{len(verdicts)} job(s), {flagged} flagged; digests {'keyed' if key else 'unkeyed (no ' + KEY_ENV + ')'}")
+    seal = f"; root seal {args.seal_dir}" if args.seal_dir else ""
+    print(f"\n{len(verdicts)} job(s), {flagged} flagged; digests {'keyed' if key else 'unkeyed (no ' + KEY_ENV + ')'}"
+          + seal)
     return 1 if flagged else 0
 
 

@@ -25,9 +25,11 @@ from typing import Any, Mapping
 
 from workshop.training.config import ConfigError, coerce
 
-# slurm/ at the repository root: templates/ and profiles/, readable by the site's admins.
-# WORKSHOP_SLURM_FILES points elsewhere (an installed copy, a site's own folder of the same shape).
-SLURM_DIR = Path(os.environ.get("WORKSHOP_SLURM_FILES", Path(__file__).resolve().parents[2] / "slurm"))
+# slurm/ at the repository root (templates/, profiles/, ood/), readable by the site's admins, travels with the
+# package as workshop/slurm/files: a link to ../../slurm in the checkout (an editable install reads the
+# checkout's slurm/ itself), a copy in the wheel the student's environment installs (issue 48: no checkout
+# there). WORKSHOP_SLURM_FILES points elsewhere (a site's own folder of the same shape).
+SLURM_DIR = Path(os.environ.get("WORKSHOP_SLURM_FILES") or (Path(__file__).resolve().parent / "files").resolve())
 PROFILES_DIR = SLURM_DIR / "profiles"
 TEMPLATES_DIR = SLURM_DIR / "templates"
 
