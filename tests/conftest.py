@@ -12,7 +12,7 @@ from tests import suite_profile
 from tests.runs import RunCache
 from tests.tiers import ProcessGuard, classify, failure
 
-# a cell with no reply from its kernel for this long is a lost message, not work (workshop.course.run_all):
+# a cell with no reply from its kernel for this long is a lost message, not work (workshop.grading.run_all):
 # the longest cell of the course takes about a minute here
 CELL_TIMEOUT_S = 240
 
@@ -31,9 +31,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
 def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The main job: every solution notebook executed with papermill on the local backend.
 
-    WORKSHOP_COURSE_RUN=<results folder of `python -m workshop.course`> reuses an executed course instead (a copy
+    WORKSHOP_COURSE_RUN=<results folder of `python -m workshop.grading.run_all`> reuses an executed course instead (a copy
     of it), for work on the grading tests: the course is run again only when the notebooks change."""
-    from workshop.course.run_all import main
+    from workshop.grading.run_all import main
 
     out = tmp_path_factory.mktemp("course") / "results"
     if os.environ.get("WORKSHOP_COURSE_RUN"):

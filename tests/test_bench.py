@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.results import bench
+from workshop.bench import harness as bench
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_the_plain_loop_uses_none_of_the_courses_code() -> None:
     """What the loop imports: torch, transformers and the standard library; nothing of workshop."""
     import ast
 
-    from workshop.results import plain_loop
+    from workshop.bench import plain_loop
 
     tree = ast.parse(Path(plain_loop.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -80,7 +80,7 @@ def test_the_plain_loop_uses_none_of_the_courses_code() -> None:
 def test_the_plain_loops_batches_pad_to_their_longest_and_mask_the_padding() -> None:
     import torch
 
-    from workshop.results.plain_loop import IGNORE_INDEX, batches
+    from workshop.bench.plain_loop import IGNORE_INDEX, batches
 
     got = batches([3, 5, 2], batch_size=2, vocab=50, pad_id=0, steps=2, generator=torch.Generator().manual_seed(0))
     assert [tuple(b["input_ids"].shape) for b in got] == [(2, 5), (2, 3)]   # examples 1-2, then 3 and 1 again

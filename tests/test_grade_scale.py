@@ -1,4 +1,4 @@
-"""A class at scale: many submissions of one notebook graded by `python -m workshop.course.grade --jobs 2`.
+"""A class at scale: many submissions of one notebook graded by `python -m workshop.grading.grade --jobs 2`.
 
 CI grades WORKSHOP_GRADE_SUBMISSIONS (default 6) copies of the course run's 01 submission: every one is
 graded, in order, with progress, to full marks. How fast is a benchmark's question, not a test's (a
@@ -25,7 +25,7 @@ SUBMISSIONS = int(os.environ.get("WORKSHOP_GRADE_SUBMISSIONS", "6"))
 
 
 def test_a_class_of_submissions_is_graded_in_order_with_progress(course_run: Path, tmp_path: Path, capsys) -> None:
-    from workshop.course.grade import main
+    from workshop.grading.grade import main
 
     course = Course(tmp_path / "course")
     students = [f"s{i:03d}" for i in range(SUBMISSIONS)]

@@ -10,7 +10,7 @@ Grading reads tables out of each student's own job logs; this checks each submit
   id, summary.json and metrics.jsonl, computed by the training job itself. Edited numbers in the
   files, or in the log's WORKSHOP_SUMMARY / WORKSHOP_METRICS lines, no longer match it;
 - the class as a whole: one job id, or one digest, in two submissions is one log handed in twice.
-  Except the instructor's jobs in instructor-run mode (`workshop.course.budget`): every student may hand in
+  Except the instructor's jobs in instructor-run mode (`workshop.site.budget`): every student may hand in
   the job the instructor ran for the class, as a link into the profile's `[course] instructor_jobs`
   folder or a copy the instructor's folder holds byte for byte. Its seal is checked like any other; on
   Slurm it must have run as the owner of the instructor's folder's job.json.

@@ -100,7 +100,7 @@ class Profile:
     min_busbw_GBps: float = 0.0                   # the gate: bus bandwidth at the largest message, GB/s
     bandwidth_max_bytes: str = ""
     bandwidth_exclusive: bool = True              # [bandwidth] exclusive: the gate asks whole nodes (--exclusive)
-    instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.course.budget)
+    instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.site.budget)
     instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
     nccl: Mapping[str, str] = field(default_factory=dict)   # [nccl]: NCCL_* and network-plugin variables, rendered
     nccl_plugin_path: str = ""                    # [nccl] plugin_path: the plugin's folder, first on LD_LIBRARY_PATH
@@ -446,7 +446,7 @@ def _parse_background(value: Any, partitions: Mapping[str, Partition], source: s
 
 def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
     """[agenda]: the minutes the day gives each notebook (`01_baseline = 45`); the schedule
-    (workshop.course.schedule) warns when the class's jobs of a notebook take longer than its slot."""
+    (workshop.site.schedule) warns when the class's jobs of a notebook take longer than its slot."""
     out = {}
     for key, value in agenda.items():
         if not re.fullmatch(r"\d\d_\w+", key) or not isinstance(value, int) or isinstance(value, bool) or value <= 0:
