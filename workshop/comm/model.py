@@ -55,7 +55,6 @@ WRAPPINGS = ("accelerate", "blocks_and_root")
 COMPUTE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 REDUCE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 4}   # the course's rule (module docstring)
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-DTYPE_NAMES = {4: "float32", 2: "bfloat16"}
 RING_SHARE = {"all_gather": lambda n: (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
               "all_reduce": lambda n: 2 * (n - 1) / n}
 KINDS = ("all_gather", "reduce_scatter", "all_reduce")

@@ -16,7 +16,7 @@ from matplotlib.patches import Patch
 from workshop.comm.model import KINDS
 from workshop.comm.compare import NOT_MEASURED
 from workshop.comm.timeline import read_timeline
-from workshop.results.plots import _save, plt
+from workshop.results.plots import save, plt
 
 KIND_COLOURS = {"all_gather": "C0", "reduce_scatter": "C1", "all_reduce": "C2", "broadcast": "C4"}
 COMPUTE_COLOUR = "0.75"
@@ -59,7 +59,7 @@ def comm_bars(table: pd.DataFrame, path: str | Path | None = None) -> Any:
     handles += [Patch(facecolor="white", edgecolor="0.3", hatch=hatches[c], label=c) for c in columns]
     ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))   # beside, not on, the bars
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 16, why_missing: str | None = None) -> Any:
@@ -76,7 +76,7 @@ def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 
                 wrap=True, fontsize=10)
         ax.set_axis_off()
         ax.set_title("Optimizer step, rank by rank", fontsize=9)
-        return _save(fig, path)
+        return save(fig, path)
     lanes = timeline.lanes[:max_ranks]
     fig, ax = plt.subplots(figsize=(10, 0.7 * len(lanes) + 1.8))
     labelled: set[str] = set()
@@ -103,7 +103,7 @@ def step_timeline(source: Any, path: str | Path | None = None, max_ranks: int = 
     ax.grid(axis="x", alpha=0.3)
     if labelled:
         ax.legend(fontsize=8, loc="upper right", ncol=4)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def _order(kind: str) -> int:

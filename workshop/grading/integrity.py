@@ -269,7 +269,8 @@ def rerun(cells: list[SourceCell], params: dict[str, Any], records: dict[str, li
                 if i not in needed:   # a display, a plot, an explorer: no test reads what it binds
                     continue
                 is_test = cell.points is not None
-                replay = checks._replay = Replay(records.get(cell.name, [])) if is_test else None
+                replay = Replay(records.get(cell.name, [])) if is_test else None
+                checks.replay_answers(replay)
                 error = None
                 try:
                     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -277,7 +278,7 @@ def rerun(cells: list[SourceCell], params: dict[str, Any], records: dict[str, li
                 except (Exception, SystemExit) as e:
                     error = str(e) if isinstance(e, AssertionError) and str(e) else f"{type(e).__name__}: {e}"
                 finally:
-                    checks._replay = None
+                    checks.replay_answers(None)
                 if replay is not None and error is None and (forged := replay.left_over()):
                     error = forged
                 if is_test:

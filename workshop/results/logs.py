@@ -253,7 +253,6 @@ _RECORD_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT"
 _STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
 _RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
 _KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
-_NUM = re.compile(r"[-+]?\d[\d,_]*\.?\d*(?:[eE][-+]?\d+)?")
 _BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)((?:\s+(?:[-+]?[\d.]+(?:e[-+]?\d+)?|N/A))+)\s*$")
 _BW_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:e[-+]?\d+)?|nan)", re.I)
 _BW_DEV = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
@@ -268,7 +267,6 @@ _SLURM_CANCEL = re.compile(r"\*\*\*\s*(JOB|STEP)\s+([\w.]+)\s+ON\s+(\S+)\s+CANCE
 _SLURM_OOM = re.compile(r"Detected\s+(\d+)\s+oom[-_]kill event", re.I)
 _SLURM_NODEFAIL = re.compile(r"(?:srun: error: Node failure on (\S+))|(?:NODE[_ ]FAIL)", re.I)
 _SLURM_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d\-,]+): (.*)")
-_SLURM_PREEMPT = re.compile(r"PREEMPT", re.I)
 
 
 # ---------------------------------------------------------------------------------------- helpers

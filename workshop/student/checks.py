@@ -92,6 +92,13 @@ def plain(value: Any, depth: int = 0) -> Any:
 _replay: Any = None   # set only by workshop.grading.integrity, in its own process: answers come from the records
 
 
+def replay_answers(replay: Any) -> None:
+    """Read answers from `replay` (the integrity review's records) instead of the cell, until called with None.
+    Only the review calls it, in its own process, where no student's code has run before it."""
+    global _replay
+    _replay = replay
+
+
 def _record(kind: str, what: str, answer: Any = None, invalid: str | None = None) -> None:
     """Put the answer, as plain data, into the test cell's output while nbgrader grades."""
     if not os.environ.get("NBGRADER_EXECUTION"):

@@ -366,8 +366,3 @@ def check(answers: Any, column: str, measured: pd.DataFrame | Mapping[str, Any],
         raise AssertionError(f"your table has no value for {where}") from None
     checks.number(got, _value(measured, row, column), where, rel=rel, abs_tol=abs_tol)
 
-
-def check_all(answers: Any, measured: pd.DataFrame, columns: Iterable[str], rows: Iterable[Any]) -> None:
-    for row in rows:
-        for column in columns:
-            check(answers, column, measured, row=row)

@@ -164,7 +164,9 @@ def _all_reduce_sum(values: list[float]) -> list[float]:
     return t.cpu().tolist()
 
 
-def _all_gather(value: Any) -> list[Any]:
+def all_gather(value: Any) -> list[Any]:
+    """`value` from every rank, in rank order (one process: `[value]`): the callbacks that report per-rank
+    figures (memory, the batch probe, the recorded collectives) all gather the same way."""
     if not (dist.is_available() and dist.is_initialized()):
         return [value]
     out: list[Any] = [None] * dist.get_world_size()
@@ -223,9 +225,9 @@ class MetricsCallback(TrainerCallback):
             samples, tokens = _all_reduce_sum([self.counter.samples, self.counter.tokens])
             self.counter.samples = self.counter.tokens = 0
             used, reserved, kind = peak_memory_mb(self.device, self.tensor_memory)
-            per_rank = _all_gather(round(used, 1) if used is not None else None)
-            rss = max(_all_gather(round(peak_rss_mb(), 1)))
-            reserved_all = _all_gather(reserved)
+            per_rank = all_gather(round(used, 1) if used is not None else None)
+            rss = max(all_gather(round(peak_rss_mb(), 1)))
+            reserved_all = all_gather(reserved)
             seq = tokens / samples if samples else 0.0
             tok_s = tokens / elapsed if elapsed > 0 else 0.0
             tflops = tok_s * self.flops_per_token(seq) / 1e12

@@ -303,7 +303,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     from workshop.training import data, evaluation, models, run_record, scaler, sharding, wrap_function
     from workshop.training.batch_probe import GlobalBatchProbe
     from workshop.training.comm_recorder import CommRecorder
-    from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
+    from workshop.training.metrics import MetricsCallback, StepCounter, all_gather
     from workshop.training.tensor_memory import TensorMemoryCallback
     from workshop.training.throughput import ThroughputWindow
     from workshop.training.trainer import CheckpointOnSignal, CourseTrainer, stop_check_every
@@ -313,7 +313,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     is_main = rank == 0
     init_process_group(cfg, device)
     args = training_arguments(cfg, device, world)
-    hosts = _all_gather(run_record.node_name())
+    hosts = all_gather(run_record.node_name())
     prior = records_until(out / "metrics.jsonl", resume_from[1]) if resume_from else []
     if is_main:
         tmp = out / "metrics.jsonl.tmp"
@@ -384,9 +384,9 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     if cfg.eval_generate:
         after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
                                  synced=synced)
-    params_local = _all_gather(applied.get("params_local"))
-    local_shapes = _all_gather(applied.get("local_shapes"))
-    stored_shapes = _all_gather(applied.get("stored_shapes"))
+    params_local = all_gather(applied.get("params_local"))
+    local_shapes = all_gather(applied.get("local_shapes"))
+    stored_shapes = all_gather(applied.get("stored_shapes"))
     batch_figures = batch_probe.gathered()
     if is_main:
         # one writer: lines from several ranks into one pipe can splice into rank 0's long lines
@@ -394,7 +394,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
             print(f"[workshop rank {r} host {host}] params_local={local} of {n_params} ({applied.get('wrapper')})",
                   flush=True)
     trains = [r for r in callback.records if r["kind"] == "train"]
-    throughput = window.figures(_all_gather, callback.flops_per_token, callback.peak)
+    throughput = window.figures(all_gather, callback.flops_per_token, callback.peak)
     peaks = [r["peak_mem_mb_per_rank"] for r in trains]
     per_rank = [max((v for v in col if v is not None), default=None) for col in zip(*peaks)]
     utils = [r["gpu_util_pct"] for r in trains if r["gpu_util_pct"] is not None]
@@ -421,7 +421,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "peak_mem_mb": max((v for v in per_rank if v is not None), default=None), "peak_mem_mb_per_rank": per_rank,
         "mem_kind": trains[-1]["mem_kind"] if trains else None,
         "rss_mb": max((r.get("rss_mb") or 0) for r in trains) if trains else None,
-        "tensor_mem_mb_per_rank": _all_gather(tensor_mem.measured),
+        "tensor_mem_mb_per_rank": all_gather(tensor_mem.measured),
         "tensor_mem_overhead_pct": tensor_mem.overhead_pct(train_runtime),
         "memory_snapshot": tensor_mem.snapshot_summary(),
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
@@ -440,10 +440,10 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         # which loss ran (workshop.training.loss), and the positions one micro-batch of the tensor-memory
         # step projected onto the vocabulary on each rank (the memory model's logits rows)
         "loss": cfg.loss,
-        "logits_positions_per_rank": _all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
-        "answer_positions_per_rank": _all_gather(trainer.answer_positions.get(tensor_mem.measure_step)),
+        "logits_positions_per_rank": all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
+        "answer_positions_per_rank": all_gather(trainer.answer_positions.get(tensor_mem.measure_step)),
         # the largest logits tensor lm_head built in that step, MB (LogitsMeter: its output's bytes)
-        "logits_mb_per_rank": _all_gather(round(trainer.logits_bytes.get(tensor_mem.measure_step, 0) / 2**20, 4)),
+        "logits_mb_per_rank": all_gather(round(trainer.logits_bytes.get(tensor_mem.measure_step, 0) / 2**20, 4)),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
                    launcher=launched_with(os.environ))
