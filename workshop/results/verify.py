@@ -36,7 +36,6 @@ import datetime as dt
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from typing import Any, Iterable
 from workshop.training.checkpoints import KEY_ENV, digest, read_metrics
 from workshop.results.logs import json_obj
 from workshop.slurm.profiles import ProfileError
+from workshop.slurm.slurm_backend import SlurmError, run
 
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
 LOCAL_SKEW_S = 5.0          # local jobs: submission and log share one clock (a pending job may start late)
@@ -126,13 +126,13 @@ def sacct(job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
     if not ids:
         return {}
     fields = ["JobIDRaw", "User", "State", "NodeList", "Start", "End"]
-    proc = subprocess.run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids),
-                           "--format=" + ",".join(fields)], capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        raise RuntimeError(f"sacct failed: {proc.stderr.strip()}. verify needs Slurm accounting (slurmdbd): run it "
-                           "on the cluster's login node")
+    try:
+        text = run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids), "--format=" + ",".join(fields)],
+                   timeout=60)
+    except SlurmError as e:
+        raise RuntimeError(f"{e}. verify needs Slurm accounting (slurmdbd): run it on the cluster's login node") from None
     out = {}
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         rec = dict(zip(fields, line.split("|")))
         out[rec["JobIDRaw"]] = rec
     return out
@@ -148,11 +148,9 @@ def hostnames(nodelist: str) -> set[str]:
     if not nodelist or nodelist in ("None assigned", "(null)"):
         return set()
     try:
-        proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        return set(run(["scontrol", "show", "hostnames", nodelist], timeout=30).split())
+    except SlurmError:
         return expand_hostlist(nodelist)
-    return set(proc.stdout.split()) if proc.returncode == 0 else expand_hostlist(nodelist)
 
 
 def expand_hostlist(nodelist: str) -> set[str]:
@@ -389,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     key = os.environ.get(KEY_ENV) or None
     try:
         verdicts = verify(root, read_user_map(args.user_map), key, args.profile)
-    except (RuntimeError, OSError, subprocess.SubprocessError, ProfileError) as e:
+    except (RuntimeError, OSError, ProfileError) as e:
         print(f"workshop verify: {e}", file=sys.stderr)
         return 2
     if not verdicts:

@@ -152,10 +152,9 @@ class Cluster:
             time.sleep(0.3)
 
     def slurm(self, *cmd: str, check: bool = True) -> str:
-        proc = subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=30)
-        if check and proc.returncode:
-            raise RuntimeError(f"{' '.join(cmd)}: {proc.stderr.strip()}")
-        return proc.stdout
+        from workshop.slurm.slurm_backend import run
+
+        return run(list(cmd), env=self.env, timeout=30, check=check)   # its SlurmError is a RuntimeError
 
     def down(self) -> None:
         """Cancel every job and wait for the queue to empty, then stop what up() started (slurmds first, munged

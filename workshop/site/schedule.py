@@ -32,7 +32,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -262,12 +261,13 @@ def sinfo_nodes(name: str, timeout: float = 5.0) -> int | None:
     """The partition's node count as Slurm states it; None where no Slurm answers."""
     if not name or shutil.which("sinfo") is None:
         return None
+    from workshop.slurm.slurm_backend import SlurmError, run
+
     try:
-        out = subprocess.run(["sinfo", "-h", "-p", name, "-o", "%D"], capture_output=True, text=True, timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired):
+        counts = [int(x) for x in run(["sinfo", "-h", "-p", name, "-o", "%D"], timeout=timeout).split() if x.isdigit()]
+    except SlurmError:
         return None
-    counts = [int(x) for x in out.stdout.split() if x.isdigit()]
-    return sum(counts) if out.returncode == 0 and counts else None
+    return sum(counts) if counts else None
 
 
 def partition_sizes(profile: Profile, keys: Iterable[str], ask_slurm: bool = True) -> tuple[dict[str, tuple[int, int]], list[str]]:
