@@ -220,7 +220,7 @@ my_logits_settings = {"loss": "answer_only"}''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
-from workshop.site.budget import STATIC_RUNS
+from workshop.student.runs import STATIC_RUNS
 
 runs = {name: spec for name, spec in STATIC_RUNS["03_sharding_strategies"].items() if name != "budget challenge"}''',
         "nb03-ranking": '''

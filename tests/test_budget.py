@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.site.budget import DRY_RUN, SWEEP, budget_rows, costs, disk_markdown, disk_rows, markdown, main
+from workshop.cli import main
+from workshop.site.budget import DRY_RUN, SWEEP, budget_rows, costs, disk_markdown, disk_rows, markdown
 from workshop.training.config import ConfigError
 from workshop.slurm.profiles import PROFILES_DIR, ProfileError, load_profile
 
@@ -22,7 +23,7 @@ SITE = load_profile("example-hpc")
 def test_the_instructor_guide_states_the_computed_budget() -> None:
     guide = (ROOT / "docs/instructor.md").read_text()
     assert "## Class budget" in guide
-    assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `python -m workshop.site.budget`"
+    assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `workshop budget`'s table"
     assert "## Disk" in guide and disk_markdown(SITE, 20) in guide.split("## Disk", 1)[1]
 
 
@@ -115,8 +116,10 @@ def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     assert nb5["gpu_h_class_instructor_run"] < nb5["gpu_h_class"] / 4          # 2-node rows run once
 
 
+@pytest.mark.slow   # the CLI asks sinfo (a process) where Slurm answers
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture) -> None:
-    assert main(["--profile", "example-hpc", "--students", "20"]) == 0
+    """`workshop budget`, one command: the budget's tables first (the day after them: tests/test_schedule.py)."""
+    assert main(["budget", "--profile", "example-hpc", "--students", "20"]) == 0
     out = capsys.readouterr().out
     assert markdown(SITE, 20) in out and "requested allocation" in out
 
@@ -151,9 +154,9 @@ def local_site(path: Path, **course: object) -> Path:
 
 
 def guide_command(marker: str) -> str:
-    """The `python -m workshop.site.budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
+    """The `workshop budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
     part = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
-    found = re.findall(r"`(python -m workshop\.site\.budget [^`]*)`", part)
+    found = re.findall(r"`(workshop budget [^`]*)`", part)
     return next(c for c in found if marker in c)
 
 
@@ -166,7 +169,7 @@ def run_as_written(command: str, **env: str) -> subprocess.CompletedProcess[str]
 
 def test_the_guides_budget_command_prints_the_guides_table() -> None:
     command = guide_command("--students")
-    assert command == "python -m workshop.site.budget --profile example-hpc --students 20"
+    assert command == "workshop budget --profile example-hpc --students 20"
     proc = run_as_written(command)
     assert proc.returncode == 0, proc.stderr
     assert markdown(SITE, 20) in proc.stdout and markdown(SITE, 20) in (ROOT / "docs/instructor.md").read_text()
@@ -174,7 +177,7 @@ def test_the_guides_budget_command_prints_the_guides_table() -> None:
 
 
 def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path: Path) -> None:
-    """`python -m workshop.site.budget --profile <site> --instructor-run` as the guide writes it, <site> being a
+    """`workshop budget --profile <site> --instructor-run` as the guide writes it, <site> being a
     copy of the local profile with a [course] table: it submits every costly job (on the local backend the
     2-node jobs of 05) into instructor_jobs, a second run finds them, and a student's cell is handed the
     instructor's folder. The jobs are cancelled once submitted: that they run and are read as the student's
@@ -184,7 +187,7 @@ def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path
     from workshop.slurm.steps import step_config
 
     command = guide_command("--instructor-run")
-    assert command == "python -m workshop.site.budget --profile <site> --instructor-run"
+    assert command == "workshop budget --profile <site> --instructor-run"
     shared = tmp_path / "instructor-jobs"
     profile = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_min_gpus=8)
     site = load_profile(profile)

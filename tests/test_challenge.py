@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from workshop.student import challenge
-from workshop.site.budget import STATIC_RUNS
+from workshop.student.runs import STATIC_RUNS
 from workshop.results.memory import estimate_config
 from workshop.slurm.profiles import load_profile
 
@@ -104,7 +104,7 @@ def test_the_budget_falls_in_a_gap_between_peaks() -> None:
 
 
 def test_the_class_budget_counts_the_notebooks_jobs() -> None:
-    """workshop/site/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job;
+    """workshop/student/runs.py's copy of notebook 03's runs: the five strategies and the solution's challenge job;
     the notebook's checks read what each run's name means from there."""
     written = solution_cell("nb03-05-predict").split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
     runs = eval(written.split("runs =", 1)[1], {"dict": dict})

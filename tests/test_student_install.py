@@ -39,7 +39,7 @@ def test_the_students_install_has_no_answer_key_and_no_solutions(tmp_path: Path)
     key = subprocess.run([python, "-c", "from workshop.grading import answer_key"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert key.returncode == 1 and "ModuleNotFoundError: No module named 'workshop.grading'" in key.stderr
-    ran = subprocess.run([python, "-c", "import workshop.grading.student_folder as s; print(s.__file__)"],
+    ran = subprocess.run([python, "-c", "import workshop.student.runs as s; print(s.__file__)"],
                          cwd=tmp_path, capture_output=True, text=True, check=True)
     assert str(venv) in ran.stdout                                   # the wheel's copy, not the checkout's
     assert not [p for p in venv.rglob("*") if p.name == "solutions" or p.suffix == ".ipynb"]

@@ -157,7 +157,7 @@ def comm_elements(model: str, strategy: str, n_ranks: int, micro_batches: int) -
 
 def strategy_runs() -> dict[str, dict[str, Any]]:
     """Notebook 03's five runs, by name, as the course's own settings define them."""
-    from workshop.site.budget import STATIC_RUNS
+    from workshop.student.runs import STATIC_RUNS
 
     return {name: spec for name, spec in STATIC_RUNS["03_sharding_strategies"].items() if name != "budget challenge"}
 

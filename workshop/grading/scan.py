@@ -119,7 +119,7 @@ REFERENCE_NAMES: dict[str, str] = {
     "comm": "the communication model (workshop.comm.model): every collective a step runs",
     "diagnose": "workshop diagnose (the failure category notebook 05 grades)",
     "challenge": "notebook 03's budget challenge and the instructor's sweep (workshop.student.challenge)",
-    "STATIC_RUNS": "the course's own settings of every run (workshop.site.budget)",
+    "STATIC_RUNS": "the course's own settings of every run (workshop.student.runs)",
     "bus_factor": "the bus-bandwidth rule (workshop.comm.bandwidth)",
     "busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
     "large_busbw_GBps": "the bus bandwidth the helper computed (notebook 05 grades yours)",
@@ -145,6 +145,7 @@ REFERENCE_MODULES: dict[str, str] = {
     "workshop.comm.model": REFERENCE_NAMES["comm"],
     "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
     "workshop.student.challenge": REFERENCE_NAMES["challenge"],
+    "workshop.student.runs": REFERENCE_NAMES["STATIC_RUNS"],
     "workshop.site.budget": REFERENCE_NAMES["STATIC_RUNS"],
     "workshop.grading.answer_key": REFERENCE_NAMES["answer_key"],
 }

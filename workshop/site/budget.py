@@ -1,9 +1,9 @@
 """The class budget: the GPU time each notebook asks a site for, and the instructor-run mode.
 
-    python -m workshop.site.budget --profile example-hpc --students 20            # the table of docs/instructor.md
-    python -m workshop.site.budget --profile <site> --instructor-run               # submit the costly jobs once
-    workshop budget --profile <site> --students N                                   # the same, and the day's schedule
-                                                                                    # (workshop.site.schedule)
+    workshop budget --profile example-hpc --students 20     # the tables of docs/instructor.md, then the day
+    workshop budget --profile <site> --instructor-run        # submit the costly jobs once
+
+(one command, workshop.site.schedule.main: the budget's tables here, the day's schedule there.)
 
 Figures are *requested allocation*: GPUs x the step's time limit, as sbatch reserves them. A job
 that ends early gives the rest back, so real use is lower; no GPU run has measured it yet. "Fewest
@@ -20,50 +20,15 @@ and grades the instructor's log exactly as it would its own.
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from dataclasses import dataclass
 from typing import Any
 
-from workshop.training.config import ConfigError
 from workshop.training.counted_steps import counted_steps
 from workshop.training.fsdp_rules import expected_steps
-from workshop.slurm.profiles import Profile, ProfileError, load_profile, time_seconds
+from workshop.slurm.profiles import Profile, ProfileError, time_seconds
 from workshop.slurm.shared import is_costly
-
-# What each notebook submits: {run name: lab.run arguments}. The notebooks' `runs` dictionaries.
-STATIC_RUNS: dict[str, dict[str, dict[str, Any]]] = {
-    "01_baseline": {"baseline": dict(step="baseline")},
-    "02_fsdp_single_gpu": {
-        "baseline": dict(step="baseline"),
-        "full_shard": dict(step="fsdp_1gpu"),
-        "full_shard+offload": dict(step="fsdp_1gpu", offload=True),
-        "your shard_model": dict(step="fsdp_1gpu", wrap_function="shard_model.py:shard_model"),
-        "answer_only loss": dict(step="fsdp_1gpu", loss="answer_only"),   # the logits exercise's job
-    },
-    "03_sharding_strategies": {
-        "ddp": dict(step="strategies", sharding="ddp"),
-        "full_shard": dict(step="strategies", sharding="full_shard"),
-        "shard_grad_op": dict(step="strategies", sharding="shard_grad_op"),
-        "offload": dict(step="strategies", sharding="full_shard", offload=True),
-        "activation_checkpointing": dict(step="strategies", sharding="full_shard", activation_checkpointing=True),
-        # the student's own settings (here the solution's): one more job of the step, whatever they choose
-        "budget challenge": dict(step="strategies", sharding="full_shard", offload=False, activation_checkpointing=False,
-                                 batch_size=1, grad_acc=4),
-    },
-    "05_multi_node": {
-        "bandwidth gate": dict(step="bandwidth", nodes=2),
-        "failed rendezvous (to diagnose)": dict(step="multi_node", nodes=2, procs_per_node=1, sharding="full_shard",
-                                                rdzv_endpoint="head-node.invalid:29400", rdzv_timeout_s=2),
-        "1 node x 2, full_shard": dict(step="multi_node", nodes=1, procs_per_node=2, sharding="full_shard"),
-        "2 nodes x 1, full_shard": dict(step="multi_node", nodes=2, procs_per_node=1, sharding="full_shard"),
-        "2 nodes x 2, full_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="full_shard",
-                                        checkpoint_at_end=True),
-        "2 nodes x 2, hybrid_shard": dict(step="multi_node", nodes=2, procs_per_node=2, sharding="hybrid_shard",
-                                          hybrid_replicas=2),
-    },
-}
+from workshop.student.runs import STATIC_RUNS
 
 
 def notebook_runs(profile: Profile) -> dict[str, dict[str, dict[str, Any]]]:
@@ -244,31 +209,10 @@ def instructor_run(profile: Profile) -> list[Any]:
     return jobs
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m workshop.site.budget", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", default=None, help="site profile (name or .toml path)")
-    ap.add_argument("--students", type=int, default=20)
-    ap.add_argument("--reruns", type=float, default=RERUN_ALLOWANCE,
-                    help=f"share of the students' jobs run again, planned for (default {RERUN_ALLOWANCE})")
-    ap.add_argument("--instructor-run", action="store_true", help="submit the costly jobs into [course] instructor_jobs")
-    args = ap.parse_args(argv)
-    try:
-        profile = load_profile(args.profile)
-        if args.instructor_run:
-            for job in instructor_run(profile):
-                print(f"{job.job_id}\t{job.job_dir}")
-            return 0
-    except (ProfileError, ConfigError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    print(markdown(profile, args.students, args.reruns))
+def report(profile: Profile, students: int, rerun: float = RERUN_ALLOWANCE) -> str:
+    """The budget's part of `workshop budget` (workshop.site.schedule.main prints the day after it)."""
     per_student = sum(c.gpu_hours for c in costs(profile))
-    print(f"\nrequested allocation (GPUs x time limit), not measured use; {math.ceil(per_student)} GPU-h per student"
-          f" before reruns\n")
-    print(disk_markdown(profile, args.students))
-    print("\ncomputed from the model's shapes, not measured on a GPU")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return "\n".join([markdown(profile, students, rerun),
+                      f"\nrequested allocation (GPUs x time limit), not measured use; {math.ceil(per_student)} GPU-h"
+                      " per student before reruns\n", disk_markdown(profile, students),
+                      "\ncomputed from the model's shapes, not measured on a GPU"])

@@ -527,7 +527,8 @@ def describe(day: Day) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`workshop budget`: the budget's tables (workshop.site.budget), then the day's schedule and its warnings."""
+    """`workshop budget`: the budget's tables (workshop.site.budget), then the day's schedule and its warnings;
+    with --instructor-run, the costly jobs submitted instead."""
     from workshop.site import budget
     from workshop.site.replay import REPLAY_PORT
     from workshop.training.config import ConfigError
@@ -547,20 +548,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--replay-scale", type=float, default=float(os.environ.get("WORKSHOP_REPLAY_SCALE", "1")),
                     help="seconds of replay per minute of the day (default $WORKSHOP_REPLAY_SCALE, else 1)")
     args = ap.parse_args(argv)
-    rest = ["--students", str(args.students), "--reruns", str(args.reruns)] + (["--profile", args.profile] if args.profile else [])
-    if args.instructor_run:
-        return budget.main(rest + ["--instructor-run"])
     from workshop.slurm.profiles import load_profile
 
     try:
         profile = load_profile(args.profile)
+        if args.instructor_run:
+            for job in budget.instructor_run(profile):
+                print(f"{job.job_id}\t{job.job_dir}")
+            return 0
         day = plan_day(profile, args.students, backfill=not args.no_backfill)
     except (ProfileError, ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    code = budget.main(rest)
-    if code:
-        return code
+    print(budget.report(profile, args.students, args.reruns))
     print(f"\nThe day, a class of {args.students} ([agenda] slots; `workshop.site.schedule`):\n")
     print(markdown(day, profile))
     print(f"\n{describe(day)}")
