@@ -680,30 +680,20 @@ class BenchOptions:
     launcher: str = "torchrun"
 
 
-def run_bench(opts: BenchOptions) -> dict[str, Any]:
-    """Every configuration in turn; writes <date>-<device>.json/.md/.png; returns the result."""
-    from workshop.training import run_record
-
-    gpu_figures = opts.device == "cuda" and opts.model.startswith("bloom-560m")
-    out_dir = opts.output or (RESULTS_DIR if gpu_figures else SMOKE_DIR)
-    check_output(out_dir, opts.device, opts.model)
-    unknown = [c for c in opts.configs if c not in CONFIGS]
-    if unknown:
-        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
-    versions = run_record.versions()
-    device_name = "cpu"
-    if opts.device == "cuda":
+def visible_device_name(device: str) -> str:
+    """The GPU the bench will measure (its name goes into the file name and is checked against each run's), or cpu."""
+    if device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
             raise RefusedOutput("--device cuda, but no GPU is visible. Run on a GPU node (sbatch --gpus 1 ...), "
                                 "or use --model tiny --device cpu for a smoke run")
-        device_name = torch.cuda.get_device_name(0)
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
-    stem = unique_stem(out_dir, f"{date}-{device_slug(device_name)}")
-    runs_dir = opts.runs_dir or REPO / "runs" / "bench" / stem
-    lengths = length_distribution(opts.model, SEQ_LEN)
+        return torch.cuda.get_device_name(0)
+    return "cpu"
 
+
+def bench_notes(opts: BenchOptions) -> list[str]:
+    """What a reader of the results file needs to know of how each column was measured."""
     notes = [
         "Throughput counts only non-pad tokens; MFU = achieved model FLOP/s / the device's dense peak, the FLOPs "
         "per token from the configuration's dry run (workshop.training.dryrun: FlopCounterMode on the job's own "
@@ -727,6 +717,27 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
     if opts.device == "cpu":
         notes.insert(0, "CPU smoke run: precision forced to fp32, memory is peak RSS (not comparable with the "
                         "model), MFU n/a, targets not evaluated. Not a benchmark figure.")
+    return notes
+
+
+def run_bench(opts: BenchOptions) -> dict[str, Any]:
+    """Every configuration in turn; writes <date>-<device>.json/.md/.png; returns the result."""
+    from workshop.training import run_record
+
+    gpu_figures = opts.device == "cuda" and opts.model.startswith("bloom-560m")
+    out_dir = opts.output or (RESULTS_DIR if gpu_figures else SMOKE_DIR)
+    check_output(out_dir, opts.device, opts.model)
+    unknown = [c for c in opts.configs if c not in CONFIGS]
+    if unknown:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown)}; choose from {', '.join(CONFIGS)}")
+    versions = run_record.versions()
+    device_name = visible_device_name(opts.device)
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d")
+    stem = unique_stem(out_dir, f"{date}-{device_slug(device_name)}")
+    runs_dir = opts.runs_dir or REPO / "runs" / "bench" / stem
+    lengths = length_distribution(opts.model, SEQ_LEN)
+
+    notes = bench_notes(opts)
     result: dict[str, Any] = {
         "date": date, "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": opts.device, "device_name": device_name, "host": socket.gethostname(),
