@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from workshop.training import log_records
+
 # ---------------------------------------------------------------------------------------- records
 
 
@@ -241,15 +243,14 @@ _RANK_TAG = re.compile(r"^\[(?:rank|default)(\d{1,5})\]:\s?")  # torchrun / torc
 _DICT = re.compile(r"\{'[A-Za-z_][\w/]*':[^{}]*\}")
 _PAIR = re.compile(r"'([A-Za-z_][\w/]*)':\s*'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
                    r"|nan|inf|NaN|Infinity))'?\s*(?=[,}])")
-_METRICS = re.compile(r"WORKSHOP_METRICS\s+(\{.*\})")
-_SUMMARY = re.compile(r"WORKSHOP_SUMMARY\s+(\{.*\})")
-_RUN_ARGS = re.compile(r"WORKSHOP_RUN_ARGS\s+(\{.*\})")
+_METRICS = log_records.pattern(log_records.METRICS)
 # lines a run prints once, each a JSON object kept whole on the ParsedLog: (marker, pattern, attribute)
-_CHECKPOINT = re.compile(r"WORKSHOP_CHECKPOINT\s+(\{.*\})")
-_ONCE_LINES = (("WORKSHOP_SUMMARY", _SUMMARY, "summary"), ("WORKSHOP_RUN_ARGS", _RUN_ARGS, "run_args"),
-               ("WORKSHOP_CHECKPOINT", _CHECKPOINT, "checkpoint"))
+_ONCE_LINES = tuple((log_records.marker(kind), log_records.pattern(kind), attr) for kind, attr in
+                    ((log_records.SUMMARY, "summary"), (log_records.RUN_ARGS, "run_args"),
+                     (log_records.CHECKPOINT, "checkpoint")))
 # the lines whose figures describe the run; when several ranks print them, global rank 0's are read
-_RECORD_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT", "[workshop] step", "{'")
+_RECORD_MARKERS = (*(log_records.marker(k) for k in (log_records.SUMMARY, log_records.METRICS, log_records.CHECKPOINT)),
+                   "[workshop] step", "{'")
 _STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
 _RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
 _KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
@@ -417,8 +418,7 @@ def parse_log(source: str | Path) -> ParsedLog:
 
 
 # lines only the training script's global rank 0 prints: the label in front of them is rank 0's
-_RANK0_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_RUN_ARGS", "WORKSHOP_DIGEST", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT",
-                  "[workshop] ")
+_RANK0_MARKERS = (*(log_records.marker(k) for k in log_records.KINDS), "[workshop] ")
 
 
 def _record_ranks(lines: list[LogLine]) -> list[int]:
@@ -461,7 +461,7 @@ def parse_text(text: str, name: str = "<text>") -> ParsedLog:
             else:
                 setattr(log, once_only[2], obj)
             continue
-        if "WORKSHOP_METRICS" in t:
+        if log_records.marker(log_records.METRICS) in t:
             m = _METRICS.search(t)
             obj = json_obj(m.group(1)) if m else None
             if obj is None:

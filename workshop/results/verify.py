@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from workshop.training import log_records
 from workshop.training.checkpoints import KEY_ENV, digest, read_metrics
 from workshop.results.logs import json_obj
 from workshop.slurm.profiles import ProfileError
@@ -102,12 +103,14 @@ def read_log(path: Path) -> LogFacts:
             facts.start = _time(line.split()[2])
         elif line.startswith("[job] end "):
             facts.end = _time(line.split()[2])
-        elif line.startswith("WORKSHOP_SUMMARY "):
-            facts.summary = json_obj(line.split(" ", 1)[1])
-        elif line.startswith("WORKSHOP_DIGEST "):
-            facts.digest = json_obj(line.split(" ", 1)[1])
-        elif line.startswith("WORKSHOP_METRICS ") and (record := json_obj(line.split(" ", 1)[1])) is not None:
-            facts.metrics.append(record)
+        elif (record := log_records.read(line)) is not None:
+            kind, text = record
+            if kind == log_records.SUMMARY:
+                facts.summary = json_obj(text)
+            elif kind == log_records.DIGEST:
+                facts.digest = json_obj(text)
+            elif kind == log_records.METRICS and (metrics := json_obj(text)) is not None:
+                facts.metrics.append(metrics)
     return facts
 
 

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from workshop.training import log_records
 from workshop.training.run_record import say
 
 # Dense (no structured sparsity) peak TFLOP/s by the name torch.cuda.get_device_name() reports, most
@@ -214,7 +215,7 @@ class MetricsCallback(TrainerCallback):
             return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        say("WORKSHOP_METRICS " + json.dumps(record))
+        log_records.write(log_records.METRICS, record)
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         logs = logs or {}

@@ -24,7 +24,7 @@ from workshop.training.checkpoints import latest_checkpoint, records_until, seal
 from workshop.training.accelerate_yaml import follow_launch, launched_with
 from workshop.training.config import (ConfigError, RunConfig, add_config_arguments, config_from_args, read_file,
                                       written_fields)
-from workshop.training.run_record import say
+from workshop.training import log_records
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -323,7 +323,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         if resume_from:
             record["resumed_from"] = {"checkpoint": resume_from[0].name, "step": resume_from[1]}
         run_record.write_json(out / "run_args.json", record)
-        say("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str))
+        log_records.write(log_records.RUN_ARGS, record, default=str)
         print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
               f"device {device.type}, precision {cfg.precision}, model {cfg.model}", flush=True)
 
@@ -449,7 +449,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
                    launcher=launched_with(os.environ))
     if is_main:
         run_record.write_json(out / "summary.json", summary)
-        say("WORKSHOP_SUMMARY " + json.dumps(summary))
+        log_records.write(log_records.SUMMARY, summary)
         seal(out)
     # Release the wrapped model (and any gloo work it still references) while the interpreter is
     # fully alive: freed during interpreter shutdown instead, gloo's worker threads can abort the
@@ -509,7 +509,7 @@ def stopped_early(out: Path, step: int, is_main: bool, checkpoints: Path) -> dic
     info = {"status": "checkpointed", "step": step, "checkpoint": str(checkpoints / f"checkpoint-{step}"),
             "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
     if is_main:
-        say("WORKSHOP_CHECKPOINT " + json.dumps(info))
+        log_records.write(log_records.CHECKPOINT, info)
         if os.environ.get("WORKSHOP_STOPPED_FILE"):
             Path(os.environ["WORKSHOP_STOPPED_FILE"]).write_text(json.dumps(info) + "\n")
     if dist.is_initialized():
