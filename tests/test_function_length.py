@@ -14,7 +14,6 @@ PENDING = {
     "grading/scan.py:findings",              # issue 52: the scan's rules, one method each, belong to the scan's work
     "training/train.py:_run",                # issue 52: the summary built outside the loop, not split yet
     "slurm/profiles.py:parse_profile",       # issue 52: the schema from the dataclass fields, not split yet
-    "results/logs.py:parse_text",            # issue 52: table-driven, not split yet
 }
 
 
