@@ -13,7 +13,7 @@ import pytest
 
 from tests.logs_fixtures import LOGS
 from workshop.bench import gpu_reference
-from workshop.bench.harness import PEER
+from workshop.bench.configs import PEER
 
 CPU_LOG = LOGS / "real_baseline_local_job.log"
 

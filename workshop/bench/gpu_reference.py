@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workshop.bench.harness import PEER, RESULTS_DIR
+from workshop.bench.configs import PEER
+from workshop.bench.harness import RESULTS_DIR
 
 # which bench configurations each exercise table is about (the bench runs one GPU: 04 and 05 get the 1-GPU run)
 TABLE_CONFIGS: dict[str, tuple[str, ...]] = {

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import math
 import os
 import re
 import signal
@@ -45,72 +44,13 @@ from typing import Any
 from workshop.slurm.ports import rendezvous_port
 from workshop.training.config import ENV_VARS, RunConfig, load_config
 
+from workshop.bench.configs import (CONFIGS, FIT_ANSWER_TOKENS, PEER, SEQ_LEN, BenchConfig, length_distribution,
+                                    run_config)
+from workshop.bench.report import add_peer_ratios, evaluate_targets, fmt, markdown, plot
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS_DIR = REPO / "benchmarks" / "results"
 SMOKE_DIR = REPO / "benchmarks" / "smoke"
-SEQ_LEN = 512  # the course's max_length for SQuAD, and the seed recipe's fixed width
-FIXTURE_TRAIN = 50  # examples in workshop/assets/squad_fixture/train.json
-
-# The issue's targets.
-SPEEDUP_TARGET = 5.0
-MFU_TARGET = 0.40
-MEMORY_TOLERANCE = 0.10
-SHARDING_COST_TARGET = 0.9   # full_shard on one GPU vs no sharding
-PEER_TARGET = 0.9            # the course baseline vs the plain loop
-PEER = "plain-loop"
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """One course configuration: the RunConfig changes that define it, and why it is in the table."""
-
-    name: str
-    why: str
-    changes: dict[str, Any]
-    pad_to: int = 0  # > 0: every batch padded to this many tokens (the seed recipe)
-    course_batch: bool = True  # use the bench's --batch-size (False: the recipe fixes its own batch)
-    fit_batch: bool = False  # on a GPU: the largest micro-batch the memory model says fits the card
-    peer: bool = False  # the plain PyTorch loop (workshop.bench.plain_loop), not the course's training script
-
-
-CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
-    BenchConfig("seed-recipe", "the seed course's KAUST baseline: pad to 512, batch 1, grad acc 4, fp16, no sharding",
-                dict(precision="fp16", sharding="none", batch_size=1, grad_acc=4, pad_to_max_length=True,
-                     max_length=SEQ_LEN), pad_to=SEQ_LEN,
-                course_batch=False),
-    BenchConfig("baseline", "the course baseline: bf16, dynamic padding, no sharding",
-                dict(precision="bf16", sharding="none")),
-    BenchConfig(PEER, "the peer: a plain PyTorch loop on the same shapes, batch and lengths (bf16 autocast, fused "
-                "AdamW, clipping at 1.0; no Trainer, no FSDP, none of the course's code)",
-                dict(precision="bf16", sharding="none"), peer=True),
-    BenchConfig("full_shard", "FSDP2 reshard_after_forward=True (FSDP1 FULL_SHARD)",
-                dict(precision="bf16", sharding="full_shard")),
-    BenchConfig("shard_grad_op", "FSDP2 reshard_after_forward=False (FSDP1 SHARD_GRAD_OP)",
-                dict(precision="bf16", sharding="shard_grad_op")),
-    BenchConfig("offload", "FSDP2 full_shard with CPU offload of params, grads and AdamW state",
-                dict(precision="bf16", sharding="full_shard", offload=True)),
-    BenchConfig("activation_checkpointing", "FSDP2 full_shard with activation checkpointing per BloomBlock",
-                dict(precision="bf16", sharding="full_shard", activation_checkpointing=True)),
-    BenchConfig("answer_only", "FSDP2 full_shard, logits only at answer positions (loss=answer_only), at the "
-                "largest micro-batch the memory model says fits the GPU",
-                dict(precision="bf16", sharding="full_shard", loss="answer_only"), fit_batch=True),
-)}
-
-# answer_only's batch search assumes this many answer positions per example (the fixture's answers
-# with EOS are 2 to 12 tokens); the run itself reads back the positions it projected
-FIT_ANSWER_TOKENS = 12
-
-
-def fitting_batch(changes: dict[str, Any], model: str, gpu_bytes: int, limit: int = 1024) -> int:
-    """The largest micro-batch whose predicted GPU peak (memory.estimate, at SEQ_LEN) fits `gpu_bytes`,
-    less the CUDA context; at least 1."""
-    from workshop.results import memory
-
-    def predict(batch: int) -> Any:
-        return memory.estimate(model, changes.get("sharding", "none"), 1, changes.get("precision", "bf16"), batch,
-                               SEQ_LEN, loss=changes.get("loss", "full"), answer_tokens=batch * FIT_ANSWER_TOKENS)
-
-    return max(1, min(limit, memory.largest_micro_batch(predict, gpu_bytes - memory.CUDA_CONTEXT)))
 
 
 # ---------------------------------------------------------------------------------------- paths
@@ -157,72 +97,6 @@ def unique_stem(out_dir: Path, stem: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------- inputs
-
-
-def length_distribution(model: str, max_length: int, n: int = FIXTURE_TRAIN) -> dict[str, Any]:
-    """Non-pad tokens per fixture example, encoded exactly as training encodes them."""
-    from workshop.training import data, models
-
-    tok = models.load_tokenizer(model)
-    in_order = [len(data.encode_for_training(tok, ex, max_length)["input_ids"])
-                for ex in data.load_examples("fixture", "train", n)]
-    lengths = sorted(in_order)
-    p95 = lengths[min(len(lengths) - 1, math.ceil(0.95 * len(lengths)) - 1)]
-    return {"source": "workshop/assets/squad_fixture/train.json", "examples": len(lengths),
-            "tokenizer": f"{type(tok).__name__}, vocab {len(tok)}" + (
-                " (the offline BLOOM-shaped BPE: more tokens per word than BLOOM's 250k vocabulary)"
-                if len(tok) < 10_000 else ""),
-            "max_length": max_length, "mean": round(statistics.mean(lengths), 1),
-            "p50": statistics.median(lengths), "p95": p95, "min": lengths[0], "max": lengths[-1],
-            "lengths": in_order}  # in fixture order: a run on train_size=k trains on the first k
-
-
-def train_size_for(global_batch: int, max_steps: int, available: int = FIXTURE_TRAIN) -> int:
-    """Whole batches only (no short last batch in the timings), and no more examples than the run
-    trains on, so every example (the longest one included) is seen and sets the measured peak."""
-    usable = available - available % global_batch
-    if usable < global_batch:
-        raise ValueError(f"global batch {global_batch} is larger than the fixture ({available} examples)")
-    return min(usable, max_steps * global_batch)
-
-
-def steps_to_measure(warmup: int, measure: int) -> int:
-    """Steps to run for `measure` records after the warm-up that are not an instrumented step (the memory
-    tracker's and the communication recorder's: the run's summary and steady_state leave them out)."""
-    from workshop.training.counted_steps import INSTRUMENTED_STEPS
-
-    steps = warmup + measure
-    while sum(1 for s in range(warmup + 1, steps + 1) if s not in INSTRUMENTED_STEPS.values()) < measure:
-        steps += 1
-    return steps
-
-
-def run_config(bc: BenchConfig, model: str, device: str, batch_size: int, warmup: int, measure: int,
-               out_dir: Path, gpu_bytes: int | None = None) -> RunConfig:
-    """The RunConfig of one configuration, validated; on a CPU every precision becomes fp32 (fp16
-    needs a GPU, bf16 on CPU measures nothing the course cares about). `gpu_bytes`: the card's memory for a
-    fitted batch (default: the visible GPU's), so a CPU test can build what an H100 or an H200 would run."""
-    changes = dict(bc.changes)
-    if bc.course_batch:
-        changes.update(batch_size=batch_size, grad_acc=1)
-    if bc.fit_batch and device == "cuda":
-        if gpu_bytes is None:
-            import torch
-
-            gpu_bytes = torch.cuda.get_device_properties(0).total_memory
-        # no larger than the fixture: a batch of more examples than it holds has no whole step to time
-        changes.update(batch_size=fitting_batch(changes, model, gpu_bytes, limit=FIXTURE_TRAIN), grad_acc=1)
-    if device == "cpu":
-        changes["precision"] = "fp32"
-    max_steps = warmup + measure if bc.peer else steps_to_measure(warmup, measure)   # the loop instruments no step
-    global_batch = changes["batch_size"] * changes.get("grad_acc", 1)
-    settings: dict[str, Any] = dict(
-        model=model, dataset="fixture", train_size=train_size_for(global_batch, max_steps), eval_size=8,
-        eval_split="dev", max_length=SEQ_LEN, global_batch=0, max_steps=max_steps, logging_steps=1,
-        eval_generate=False, device=device, nodes=1, procs_per_node=1, wandb="disabled",
-        output_dir=str(out_dir))
-    settings.update(changes)   # the configuration's own settings win (the seed recipe restates max_length)
-    return load_config(overrides=settings)
 
 
 # ---------------------------------------------------------------------------------------- launching
@@ -485,181 +359,7 @@ def measure(bc: BenchConfig, cfg: RunConfig, warmup: int, timeout: float, device
 # ---------------------------------------------------------------------------------------- targets
 
 
-def add_peer_ratios(rows: list[dict[str, Any]]) -> None:
-    """Each row's samples/s as a ratio to the plain loop's in the same run (`vs_plain_loop`; None without it)."""
-    peer = next((r.get("samples_per_s") for r in rows if r["name"] == PEER), None)
-    for r in rows:
-        r["vs_plain_loop"] = round(r["samples_per_s"] / peer, 3) if peer and r.get("samples_per_s") else None
-
-
-def _ratio_target(target: dict[str, Any], top: dict[str, Any], bottom: dict[str, Any], wanted: float) -> None:
-    """`target` judged on top's samples/s over bottom's: met when the ratio reaches `wanted`."""
-    if top.get("samples_per_s") and bottom.get("samples_per_s"):
-        ratio = top["samples_per_s"] / bottom["samples_per_s"]
-        target.update(value=round(ratio, 2), status="met" if ratio >= wanted else "not met",
-                      why=f"{top['name']} {top['samples_per_s']:.2f} / {bottom['name']} {bottom['samples_per_s']:.2f} "
-                          f"samples/s = {ratio:.2f}x")
-    else:
-        missing = [r.get("name") for r in (top, bottom) if not r.get("samples_per_s")]
-        target.update(value=None, status="not met", why=f"no throughput for {', '.join(map(str, missing))} "
-                      "(not run, or failed)")
-
-
-def _band_target(target: dict[str, Any], errors: list[tuple[str, float | None]], what: str) -> None:
-    """`target` judged on relative errors: met when every one is measured and within MEMORY_TOLERANCE."""
-    unmeasured = [n for n, e in errors if e is None]
-    outside = [f"{n} {e:+.1%}" for n, e in errors if e is not None and abs(e) > MEMORY_TOLERANCE]
-    worst = max((abs(e) for _, e in errors if e is not None), default=None)
-    if unmeasured or not errors:
-        target.update(value=worst, status="not met",
-                      why=f"no comparable {what} for {', '.join(unmeasured) or 'any configuration'}"
-                          + (f"; outside the band: {', '.join(outside)}" if outside else ""))
-    else:
-        target.update(value=worst, status="not met" if outside else "met",
-                      why=(f"outside +-{MEMORY_TOLERANCE:.0%}: {', '.join(outside)}" if outside else
-                           f"worst error {worst:.1%}"))
-
-
-def evaluate_targets(rows: list[dict[str, Any]], device: str, model: str) -> list[dict[str, Any]]:
-    """Each of the issue's targets: met / not met / not evaluated, with the figure and the reason. The plain
-    loop is a yardstick, not a course configuration: it counts in no target but the one that compares with it."""
-    by_name = {r["name"]: r for r in rows}
-    course = [r for r in rows if r["name"] != PEER]
-    targets = [
-        {"target": f"course baseline >= {SPEEDUP_TARGET:g}x the seed recipe in samples/s", "key": "speedup"},
-        {"target": f"best configuration >= {MFU_TARGET:.0%} MFU", "key": "mfu"},
-        {"target": f"memory model within {MEMORY_TOLERANCE:.0%} of measured peak (allocated) for every "
-                   "configuration", "key": "memory"},
-        {"target": f"full_shard on one GPU >= {SHARDING_COST_TARGET:g}x no sharding (baseline) in samples/s",
-         "key": "sharding_cost"},
-        {"target": f"course baseline >= {PEER_TARGET:g}x the plain PyTorch loop in samples/s", "key": "peer"},
-        {"target": f"tensor tracker within {MEMORY_TOLERANCE:.0%} of measured peak (allocated) for every "
-                   "configuration", "key": "tracker"},
-    ]
-    skip = None
-    if device != "cuda":
-        skip = "not evaluated on CPU"
-    elif not model.startswith("bloom-560m"):
-        skip = f"not evaluated: the targets are for BLOOM-560M, this run used {model!r}"
-
-    def row(name: str) -> dict[str, Any]:
-        return by_name.get(name, {"name": name})
-
-    _ratio_target(targets[0], row("baseline"), row("seed-recipe"), SPEEDUP_TARGET)
-    mfus = [(r["mfu"], r["name"]) for r in course if r["status"] == "completed" and r.get("mfu") is not None]
-    if mfus:
-        best, name = max(mfus)
-        targets[1].update(value=best, status="met" if best >= MFU_TARGET else "not met",
-                          why=f"best is {name} at {best:.1%}" + ("" if best >= MFU_TARGET else
-                                                                f", {MFU_TARGET - best:.1%} short"))
-    else:
-        targets[1].update(value=None, status="not met", why="no configuration reported an MFU (no GPU peak "
-                          "known for this device in workshop.training.metrics.PEAK_TFLOPS, or no run completed)")
-    _band_target(targets[2], [(r["name"], r.get("memory_rel_error")) for r in course], "CUDA peak")
-    _ratio_target(targets[3], row("full_shard"), row("baseline"), SHARDING_COST_TARGET)
-    _ratio_target(targets[4], row("baseline"), row(PEER), PEER_TARGET)
-    _band_target(targets[5], [(r["name"], r.get("tracker_rel_error")) for r in course], "tracker and CUDA peak")
-    if skip:
-        for t in targets:
-            t["why"] = f"{skip} (CPU figures, for the record only: {t['why']})" if device != "cuda" else t["why"]
-            t["status"] = skip
-    return targets
-
-
 # ---------------------------------------------------------------------------------------- writing
-
-
-def _fmt(value: Any, spec: str = "", none: str = "n/a") -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return none
-    return format(value, spec)
-
-
-def markdown(result: dict[str, Any]) -> str:
-    """The results table in one fixed shape (nccl-tests' habit): greppable, diffable between runs."""
-    dist = result["lengths"]
-    lines = [
-        f"# `workshop bench` — {result['device_name']}, {result['date']}",
-        "",
-        f"Model `{result['model']}`" + (" (random init, BLOOM-560M shapes)" if result["model"] == "bloom-560m-random"
-                                         else "") + ", one process, SQuAD-shaped fixture "
-        f"inputs; {result['warmup_steps']} warm-up steps dropped, {result['measure_steps']} measured. "
-        f"git `{result['git_sha']}`; torch {result['versions'].get('torch')}, transformers "
-        f"{result['versions'].get('transformers')}, accelerate {result['versions'].get('accelerate')}, "
-        f"CUDA {result['versions'].get('cuda')}, NCCL {result['versions'].get('nccl')}.",
-        "",
-        f"Lengths (non-pad tokens per example, {dist['tokenizer']}): mean {dist['mean']}, p50 {dist['p50']}, "
-        f"p95 {dist['p95']}, max {dist['max']} over {dist['examples']} examples.",
-        "",
-        "| config | precision | sharding | batch x acc | width | samples/s | x loop | tokens/s | TFLOP/s | MFU "
-        "| peak alloc MB | peak reserved MB | predicted MB | error | tracker MB | tracker error | status |",
-        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| --- |",
-    ]
-    for r in result["configs"]:
-        c = r["config"]
-        ddp1 = r["prediction"].get("predicted_as") == "ddp" and c["sharding"] == "none"
-        sharding = c["sharding"] + (" (DDP-1)" if ddp1 else "") + (" +offload" if c["offload"] else "") + (" +AC" if c["activation_checkpointing"] else "")
-        width = f"pad {r['pad_to']}" if r.get("pad_to") else f"dyn <= {r['prediction']['seq_len']}"
-        lines.append(
-            f"| {r['name']} | {c['precision']} | {sharding} | {c['batch_size']} x {c['effective_grad_acc']} | {width} "
-            f"| {_fmt(r.get('samples_per_s'), '.2f')} | {_fmt(r.get('vs_plain_loop'), '.2f')} "
-            f"| {_fmt(r.get('tokens_per_s'), ',.0f')} "
-            f"| {_fmt(r.get('tflops'), '.1f')} | {_fmt(r.get('mfu'), '.1%')} | {_fmt(r.get('peak_mem_mb'), ',.0f')} "
-            f"| {_fmt(r.get('peak_reserved_mb'), ',.0f')} | {_fmt(r['prediction']['total_mb'], ',.0f')} "
-            f"| {_fmt(r.get('memory_rel_error'), '+.1%')} | {_fmt(r.get('tracker_peak_mb'), ',.0f')} "
-            f"| {_fmt(r.get('tracker_rel_error'), '+.1%')} | {r['status']} |")
-    lines += ["", "## Targets", ""]
-    lines += [f"- **{t['status']}** — {t['target']}: {t['why']}" for t in result["targets"]]
-    failed = [r for r in result["configs"] if r["status"] != "completed"]
-    if failed:
-        lines += ["", "## Failures", ""] + [f"- {r['name']}: {r.get('error')}" for r in failed]
-    if result.get("not_run"):
-        lines += ["", "## Not run", "", f"- {', '.join(result['not_run'])}: the bench stopped before them (its time "
-                  "limit, or it was interrupted); the rows above are complete"]
-    if result.get("not_configured"):
-        lines += ["", "## Not configured", ""] + [f"- {c['name']}: {c['error']}" for c in result["not_configured"]]
-    lines += ["", "## Notes", ""] + [f"- {n}" for n in result["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def plot(result: dict[str, Any], path: Path) -> None:
-    """Samples/s and peak memory (measured allocated, reserved, predicted) per configuration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = result["configs"]
-    names = [r["name"] for r in rows]
-    xs = list(range(len(rows)))
-
-    def val(r: dict[str, Any], key: str) -> float:
-        v = r.get(key)
-        return float(v) if v is not None else 0.0
-
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(max(9, 2.2 * len(rows) + 3), 4.2))
-    ax1.bar(xs, [val(r, "samples_per_s") for r in rows], color="C2")
-    ax1.set_ylabel("samples/s (after warm-up)")
-    ax1.set_title("Throughput")
-    w = 0.27
-    ax2.bar([x - w for x in xs], [val(r, "peak_mem_mb") for r in rows], w, label="measured (allocated)", color="C1")
-    ax2.bar(xs, [val(r, "peak_reserved_mb") for r in rows], w, label="measured (reserved)", color="C3", alpha=0.7)
-    ax2.bar([x + w for x in xs], [r["prediction"]["total_mb"] for r in rows], w, label="memory model", color="C0")
-    ax2.set_ylabel("peak memory per device (MB)")
-    ax2.set_title("Peak memory")
-    ax2.legend(fontsize=8)
-    for ax in (ax1, ax2):
-        ax.set_xticks(xs, names, rotation=25, ha="right")
-        ax.grid(axis="y", alpha=0.3)
-        for x, r in zip(xs, rows):
-            if r["status"] != "completed":
-                ax.annotate(r["status"], (x, 0), ha="center", va="bottom", fontsize=7, rotation=90)
-    fig.suptitle(f"{result['model']} on {result['device_name']} ({result['date']})", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------- the bench
@@ -776,8 +476,8 @@ def run_bench(opts: BenchOptions) -> dict[str, Any]:
         row = measure(bc, cfg, opts.warmup_steps, opts.timeout, opts.device, lengths["lengths"], opts.launcher)
         result["configs"].append(row)
         result["not_run"].remove(name)
-        print(f"[bench] {name}: {row['status']} | {_fmt(row.get('samples_per_s'), '.2f')} samples/s | "
-              f"mfu {_fmt(row.get('mfu'), '.1%')} | peak {_fmt(row.get('peak_mem_mb'), ',.0f')} MB "
+        print(f"[bench] {name}: {row['status']} | {fmt(row.get('samples_per_s'), '.2f')} samples/s | "
+              f"mfu {fmt(row.get('mfu'), '.1%')} | peak {fmt(row.get('peak_mem_mb'), ',.0f')} MB "
               f"({row.get('mem_kind')}) | predicted {row['prediction']['total_mb']:,.0f} MB"
               + (f" | {row['error']}" if row.get("error") else ""), flush=True)
         write()
