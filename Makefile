@@ -6,7 +6,7 @@ venv:
 
 # The main job: every notebook of the course, on the embedded default, into results/.
 course: venv
-	.venv/bin/python -m workshop.course --output results --cell-timeout 600
+	.venv/bin/python -m workshop.grading.run_all --output results --cell-timeout 600
 
 # The test suite, including the real Slurm test cluster on localhost (installed and started as root).
 test: venv

@@ -16,7 +16,7 @@ cannot drift apart) and the rest of issue 27's sweep, which would cost the suite
 (Training fewer steps would not make the suite's runs cheaper: a 4-rank FULL_SHARD run took 23.4 s for
 1 epoch and 24.3 s for 2 on 2 cores at load 4: starting the processes is the cost, not the steps.)
 Each run is a real `workshop.training.train` on gloo (tests/runs.py's `train`: torchrun; plain python for one
-process), its `summary.json` compared with `workshop.results.comm.compare`: every rank, kind and measure. Writes
+process), its `summary.json` compared with `workshop.comm.model.compare`: every rank, kind and measure. Writes
 `benchmarks/cpu/comm_model-DATE.json` (largest relative error per configuration) and exits 1 when any is
 over 1 %.
 """
@@ -55,7 +55,7 @@ def label(flags: tuple[str, ...], nproc: int, nnodes: int) -> str:
 
 def check(out: Path, flags: tuple[str, ...], nproc: int, nnodes: int) -> dict[str, Any]:
     from tests.runs import train
-    from workshop.results import comm
+    from workshop.comm import model as comm
 
     started = time.perf_counter()
     run = train(out, list(flags), nproc=nproc, nnodes=nnodes)

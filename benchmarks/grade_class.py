@@ -1,5 +1,5 @@
 """Grading at class scale on this machine's CPUs: N copies of one genuine notebook-01 submission graded
-by the instructor's own command, `python -m workshop.course.grade --jobs J`, timed.
+by the instructor's own command, `python -m workshop.grading.grade --jobs J`, timed.
 
     .venv/bin/python benchmarks/grade_class.py --students 100 --jobs 2
 
@@ -39,7 +39,7 @@ def genuine_submission(scratch: Path) -> Path:
     """Notebook 01 executed as a student would, with its jobs/: the folder a student hands in."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
            "WANDB_MODE": "offline", "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    subprocess.run([sys.executable, "-m", "workshop.course", "--output", str(scratch / "results"), "--only", "01",
+    subprocess.run([sys.executable, "-m", "workshop.grading.run_all", "--output", str(scratch / "results"), "--only", "01",
                     "--cell-timeout", "600"], check=True, env=env, cwd=REPO)
     return scratch / "results" / "01_baseline"
 
@@ -47,7 +47,7 @@ def genuine_submission(scratch: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--students", type=int, default=100)
-    p.add_argument("--jobs", type=int, default=2, help="parallel graders (workshop.course.grade --jobs)")
+    p.add_argument("--jobs", type=int, default=2, help="parallel graders (workshop.grading.grade --jobs)")
     p.add_argument("--out", type=Path, default=REPO / "benchmarks" / "cpu")
     args = p.parse_args(argv)
 
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         full = sum(course.max_points("01_baseline").values())
         load = os.getloadavg()[0]
         started = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "workshop.course.grade", "--root", str(course.root), "--jobs",
+        proc = subprocess.run([sys.executable, "-m", "workshop.grading.grade", "--root", str(course.root), "--jobs",
                                str(args.jobs)], cwd=course.root)
         took = time.perf_counter() - started
         rows = list(csv.DictReader((course.root / "grades.csv").open()))
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     per = took / args.students
     result = {
-        **machine.record("python -m workshop.course.grade (autograde, integrity review, feedback) of N copies of one "
+        **machine.record("python -m workshop.grading.grade (autograde, integrity review, feedback) of N copies of one "
                          "genuine notebook-01 submission", load, PACKAGES),
         "students": args.students, "jobs": args.jobs, "seconds": round(took, 1),
         "seconds_per_submission": round(per, 2), "bound_s": BOUND_S, "grade_exit_code": proc.returncode,

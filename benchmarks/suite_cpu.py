@@ -122,15 +122,15 @@ def kind_of(comm: str, cmd: str) -> str:
         return "training rank"
     if "ipykernel" in cmd:
         return "notebook kernel"
-    if "workshop.results.bandwidth" in cmd:
+    if "workshop.comm.bandwidth" in cmd:
         return "bandwidth self-test process"
     if "pip install" in cmd or "pip download" in cmd:
         return "bootstrap: pip"
     if "-m pytest" in cmd:
         return "pytest process (in-process tests, fixtures)"
-    if "nbgrader" in cmd or "workshop.course.grade" in cmd or "workshop.course.integrity" in cmd or comm == "alembic":
+    if "nbgrader" in cmd or "workshop.grading.grade" in cmd or "workshop.grading.integrity" in cmd or comm == "alembic":
         return "grading (nbgrader, grade, integrity review)"
-    if "workshop.course" in cmd:
+    if "workshop.grading.run_all" in cmd:
         return "course runner (papermill)"
     if "workshop" in words | {comm}:
         return "workshop command (verify, diagnose, class, ...)"
@@ -141,7 +141,7 @@ def kind_of(comm: str, cmd: str) -> str:
 
 def origin_of(cmd: str) -> str:
     """Where a training rank's (or its launcher's) job came from: its config's folder says which run made it."""
-    if "workshop.results.bandwidth" in cmd:
+    if "workshop.comm.bandwidth" in cmd:
         return "the bandwidth self-test (notebook 05's jobs and its own tests)"
     found = re.search(r"--config (\S+)", cmd)
     if not found:

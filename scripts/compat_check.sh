@@ -9,7 +9,7 @@
 #    `import torch` loads them even with no GPU. The project itself is not installed (its pins would pull
 #    torch 2.13 back): the checks run it from this checkout (PYTHONPATH).
 # 2. in it: the fast tier (`scripts/test.sh --fast`), a collection of tests/gpu, and notebooks 02 and 03 on
-#    the local profile (`python -m workshop.course --only 02,03`);
+#    the local profile (`python -m workshop.grading.run_all --only 02,03`);
 # 3. benchmarks/compat/compat-DATE.json and .md: versions, passed, failed, what was not measured and why
 #    (benchmarks/compat_report.py).
 # Each step's output is kept in $COMPAT_DIR/logs/. Exit status 0 only if every step passed.
@@ -73,7 +73,7 @@ if [ "$build_status" -eq 0 ]; then
         --deselect tests/test_env_pins.py::test_the_supported_range_holds_the_pins_and_is_backed_by_its_report tests
     run_step gpu_collect "$VENV/bin/python" -m pytest -q -p no:cacheprovider --collect-only tests/gpu
     rm -rf "$COMPAT_DIR/results"
-    run_step notebooks_02_03 "$VENV/bin/python" -m workshop.course --output "$COMPAT_DIR/results" --profile local \
+    run_step notebooks_02_03 "$VENV/bin/python" -m workshop.grading.run_all --output "$COMPAT_DIR/results" --profile local \
         --only 02,03 --cell-timeout 600
 fi
 "$PY" benchmarks/compat_report.py --logs "$LOGS" --build-status "$build_status" --results "$COMPAT_DIR/results" \

@@ -67,12 +67,12 @@ if [ $dry = 1 ]; then
 else
     "$py" scripts/gpu_wheels.py install --dest "$wheels" --target "$work/site" || exit 2
     export PYTHONPATH="$work/site:$root${PYTHONPATH:+:$PYTHONPATH}"
-    "$py" -c "import papermill, nbclient, ipykernel, ipywidgets, workshop.course.lab" || {
+    "$py" -c "import papermill, nbclient, ipykernel, ipywidgets, workshop.student.lab" || {
         say "the carried wheels do not import on this python: see the error above"; exit 2; }
 fi
 
 say "2/5 this machine and its versions"
-"$py" -m workshop.results.gpu_report env > "$work/env.json" || exit 2
+"$py" -m workshop.bench.gpu_report env > "$work/env.json" || exit 2
 "$py" - "$work/env.json" <<'EOF'
 import json, sys
 env = json.load(open(sys.argv[1]))
@@ -83,7 +83,7 @@ for r in env["drift"]:
     if r["relation"] != "same":
         print(f"  {r['package']:<16} pinned {r['pinned']:<12} here {r['here'] or '-':<16} {r['relation']}")
 EOF
-stem=$("$py" -m workshop.results.gpu_report stem --out "$out" --env "$work/env.json") || exit 2
+stem=$("$py" -m workshop.bench.gpu_report stem --out "$out" --env "$work/env.json") || exit 2
 say "results: $out/$stem.*"
 
 tier_rc=0
@@ -110,7 +110,7 @@ elif [ "$only" != tier ]; then
 fi
 
 say "5/5 report"
-"$py" -m workshop.results.gpu_report finish --out "$out" --stem "$stem" --work "$work" \
+"$py" -m workshop.bench.gpu_report finish --out "$out" --stem "$stem" --work "$work" \
     $([ $dry = 1 ] && echo --dry-run)
 report_rc=$?
 say "files: $(cd "$out" && ls "$stem"* 2>/dev/null | tr '\n' ' ')"

@@ -7,4 +7,4 @@
 # Options: --profile NAME|FILE.toml (default $WORKSHOP_PROFILE), --prefix DIR (instead of --user).
 set -euo pipefail
 PY=${PYTHON:-python}
-exec "$PY" -m workshop.course.kernel "$@"
+exec "$PY" -m workshop.student.kernel "$@"

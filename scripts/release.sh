@@ -2,4 +2,4 @@
 # Regenerate the student release notebooks/ from the instructor source solutions/ (nbgrader).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec .venv/bin/python -m workshop.course.release "$@"
+exec .venv/bin/python -m workshop.grading.release "$@"

@@ -12,7 +12,7 @@ from tests import course_share, suite_profile, suite_split
 from tests.runs import RunCache
 from tests.tiers import ProcessGuard, classify, failure
 
-# a cell with no reply from its kernel for this long is a lost message, not work (workshop.course.run_all):
+# a cell with no reply from its kernel for this long is a lost message, not work (workshop.grading.run_all):
 # the longest cell of the course takes about a minute here
 CELL_TIMEOUT_S = 240
 
@@ -29,21 +29,21 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> RunCache:
 
 def run_course(out: Path) -> None:
     """Every solution notebook executed with papermill on the local backend, into `out`."""
-    from workshop.course.run_all import main
+    from workshop.grading.run_all import main
 
     # WORKSHOP_TEST_ONLY=02 runs just that notebook, for work on one notebook (select its tests with -k)
     only = os.environ.get("WORKSHOP_TEST_ONLY", "")
     rc = main(["--output", str(out), "--profile", "local", "--cell-timeout", str(CELL_TIMEOUT_S),
                *(["--only", only] if only else [])])
     if rc != 0:
-        raise RuntimeError(f"python -m workshop.course --output {out} exited {rc}")
+        raise RuntimeError(f"python -m workshop.grading.run_all --output {out} exited {rc}")
 
 
 @pytest.fixture(scope="session")
 def course_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The main job: every solution notebook executed with papermill on the local backend.
 
-    WORKSHOP_COURSE_RUN=<results folder of `python -m workshop.course`> reuses an executed course instead (a copy
+    WORKSHOP_COURSE_RUN=<results folder of `python -m workshop.grading.run_all`> reuses an executed course instead (a copy
     of it), for work on the grading tests: the course is run again only when the notebooks change.
     WORKSHOP_COURSE_RUN_SHARED=<folder> (scripts/test.sh: the two course parts) runs it once into that folder for
     every process given it, and each reads a copy (tests/course_share.py); a folder marked done is reused as it

@@ -221,7 +221,7 @@ my_logits_settings = {"loss": "answer_only"}''',
     },
     "03_sharding_strategies": {
         "nb03-05-predict": '''
-from workshop.course.budget import STATIC_RUNS
+from workshop.student.runs import STATIC_RUNS
 
 runs = {name: spec for name, spec in STATIC_RUNS["03_sharding_strategies"].items() if name != "budget challenge"}''',
         "nb03-ranking": '''
@@ -231,7 +231,7 @@ memory_ranking = sorted(runs, key=lambda name: float(lab.predict(**runs[name])["
 held_fraction = {name: fsdp_rules.held_fraction(spec["sharding"], 16) for name, spec in runs.items()}
 held_fraction["hybrid_shard"] = fsdp_rules.held_fraction("hybrid_shard", 16, replicas=2)''',
         "nb03-comm-predict": '''
-from workshop.results import comm
+from workshop.comm import model as comm
 
 
 def sent_elements(strategy, n_ranks, model, micro_batches=1):
@@ -288,7 +288,7 @@ def speedup_at(n, serial):
     },
     "05_multi_node": {
         "nb05-gate-predict": '''
-from workshop.results.bandwidth import bus_factor
+from workshop.comm.bandwidth import bus_factor
 
 
 def busbw_over_algbw(collective, n_ranks):
@@ -300,7 +300,7 @@ highest_busbw_at = "largest"''',
 busbw_largest = measured_bw.rows[-1].busbw_GBps
 gate_passes = measured_bw.large_busbw_GBps >= lab.profile.min_busbw_GBps''',
         "nb05-predict-traffic": '''
-from workshop.results import traffic
+from workshop.comm import traffic
 
 crosses_network = {s: traffic.crossing(s, 2, 2) for s in ("full_shard", "hybrid_shard")}
 
@@ -609,7 +609,7 @@ def public_helpers() -> list[tuple[str, str, list[str], list[str]]]:
     import pkgutil
 
     import workshop
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     found: list[tuple[str, str, list[str], list[str]]] = []
 
@@ -640,7 +640,7 @@ def public_helpers() -> list[tuple[str, str, list[str], list[str]]]:
 def _flagged(where: str, name: str, inside_function: bool) -> bool:
     """Whether the integrity scan flags this helper in a student's cell (reference-only code, or a lesson tool
     inside a function)."""
-    from workshop.course import scan
+    from workshop.grading import scan
 
     if name in scan.REFERENCE_NAMES or where in scan.REFERENCE_MODULES:
         return True

@@ -10,7 +10,7 @@ from typing import Callable
 
 import nbformat
 
-from workshop.course.release import REPO, nbgrader_config, venv_on_path
+from workshop.grading.release import REPO, nbgrader_config, venv_on_path
 
 
 class Course:
@@ -95,13 +95,13 @@ def insert_cell_after(nb: nbformat.NotebookNode, grade_id: str, source: str) -> 
 
 
 def grade_the_class(course: Course, assignments: str) -> tuple[dict[tuple[str, str], dict], dict[tuple[str, str], dict]]:
-    """The instructor's one command over every submission at once (`workshop.course.grade`, two at a time).
+    """The instructor's one command over every submission at once (`workshop.grading.grade`, two at a time).
 
     By (student, assignment): grades.csv's row (nbgrader's score and the review's columns), and the
     auto-graded score of each test cell (grade_cells.csv), as `Course.autograde` returns it."""
     import csv
 
-    from workshop.course.grade import main
+    from workshop.grading.grade import main
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):

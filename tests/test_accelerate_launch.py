@@ -125,7 +125,7 @@ def test_every_step_renders_an_accelerate_launch_of_the_same_program(step: str, 
     yaml_path = tmp_path / "job" / FILE
     assert (f"accelerate launch --config_file {yaml_path}" if cfg.nodes == 1 else
             f"exec accelerate launch --config_file \"$0\"") in script and str(yaml_path) in script
-    same = "-m workshop.results.bandwidth" if step == "bandwidth" else f"-m workshop.training.train --config {tmp_path / 'job' / 'config.json'}"
+    same = "-m workshop.comm.bandwidth" if step == "bandwidth" else f"-m workshop.training.train --config {tmp_path / 'job' / 'config.json'}"
     assert same in script and same in twin and "torchrun" not in script
     if cfg.nodes > 1:
         assert '--machine_rank="$SLURM_NODEID"' in script and "srun " in script

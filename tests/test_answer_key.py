@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from workshop.course import scan
+from workshop.grading import scan
 from workshop.grading import answer_key
 
 BLOOM_560M = 559_214_592       # the model card's parameter count

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.results.bandwidth import bus_factor, parse_size, sizes
+from workshop.comm.bandwidth import bus_factor, parse_size, sizes
 
 TORCHRUN = str(Path(sys.executable).parent / "torchrun")
 
@@ -28,7 +28,7 @@ def run_bandwidth(nproc: int, *args: str, slurm: dict[str, str] | None = None) -
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(slurm or {})
     env["OMP_NUM_THREADS"] = "1"
-    return subprocess.run([TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", "-m", "workshop.results.bandwidth",
+    return subprocess.run([TORCHRUN, "--standalone", f"--nproc-per-node={nproc}", "-m", "workshop.comm.bandwidth",
                            "-e", "64K", "-n", "3", "-w", "1", *args],
                           capture_output=True, text=True, timeout=180, env=env)
 
@@ -87,7 +87,7 @@ def test_a_missing_node_fails_the_gate_as_the_batch_script_runs_it():
 
 
 def test_without_torchrun_it_says_how_to_launch_it():
-    proc = subprocess.run([sys.executable, "-m", "workshop.results.bandwidth"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "workshop.comm.bandwidth"], capture_output=True, text=True,
                           env={k: v for k, v in os.environ.items() if k != "RANK"})
     assert proc.returncode == 2 and "torchrun" in proc.stderr
     assert shutil.which(TORCHRUN)

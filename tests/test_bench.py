@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from workshop.results import bench
+from workshop.bench import configs, report
+from workshop.bench import harness as bench
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path]:
     root = tmp_path_factory.mktemp("bench")
-    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", f"baseline,{bench.PEER},full_shard",
+    code = bench.main(["--model", "tiny", "--device", "cpu", "--configs", f"baseline,{configs.PEER},full_shard",
                        "--warmup-steps", "1", "--measure-steps", "1", "--batch-size", "2",
                        "--output", str(root / "out"), "--runs-dir", str(root / "runs"), "--no-plot"])
     return code, root
@@ -35,41 +36,41 @@ def test_cpu_smoke_run_completes_every_configuration(smoke: tuple[int, Path]) ->
     code, root = smoke
     result = _result(root)
     assert code == 0, [(r["name"], r.get("error")) for r in result["configs"]]
-    assert [r["name"] for r in result["configs"]] == ["baseline", bench.PEER, "full_shard"]
+    assert [r["name"] for r in result["configs"]] == ["baseline", configs.PEER, "full_shard"]
     assert result["not_run"] == []
     by_name = {r["name"]: r for r in result["configs"]}
     for row in result["configs"]:
         assert row["status"] == "completed"
         # the warm-up record dropped; the course's runs also leave out the tracker's step 2 and the recorded
         # step 3, the plain loop instruments nothing
-        assert row["measured_steps"] == 1 and row["steps"] == (2 if row["name"] == bench.PEER else 4)
+        assert row["measured_steps"] == 1 and row["steps"] == (2 if row["name"] == configs.PEER else 4)
         assert row["samples_per_s"] > 0 and row["tokens_per_s"] > 0
         assert row["mfu"] is None  # no honest peak on a CPU
         # MFU's numerator from the dry run: FlopCounterMode's FLOPs per token, at least 6 per parameter
         assert row["mfu_source"] == "dry run" and row["model_flops"]["flops_per_token"] > 6 * 322_368, row
-        if row["name"] != bench.PEER:   # the dry run's memory beside the run's (the loop runs none of the course)
+        if row["name"] != configs.PEER:   # the dry run's memory beside the run's (the loop runs none of the course)
             assert row["dry_run_peak_mb"] > 0 and row["dry_run_rel_error"] is None, row   # CPU: RSS, not comparable
-        assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == bench.SEQ_LEN
+        assert row["config"]["precision"] == "fp32" and row["config"]["max_length"] == configs.SEQ_LEN
         # every row's throughput against the loop's, measured in the same run
-        assert row["vs_plain_loop"] == pytest.approx(row["samples_per_s"] / by_name[bench.PEER]["samples_per_s"],
+        assert row["vs_plain_loop"] == pytest.approx(row["samples_per_s"] / by_name[configs.PEER]["samples_per_s"],
                                                      abs=1e-3)
     assert by_name["full_shard"]["sharding_applied"] == "full_shard"
     assert by_name["full_shard"]["wrapper"].startswith("FSDP")
     assert by_name["baseline"]["sharding_applied"] == "none"
     # the loop is the peer, not the course: no Trainer, no FSDP wrapper, its own process and log
-    loop = by_name[bench.PEER]
+    loop = by_name[configs.PEER]
     assert loop["wrapper"] is None and loop["sharding_applied"].startswith("none (a plain loop")
     assert "[plain loop] step 2/2" in (Path(loop["run_dir"]) / "job.log").read_text()
     assert loop["train_loss"] > 0 and all(r["loss"] > 0 for r in loop["records"])
     md = next((root / "out").glob("*.md")).read_text()
-    assert f"| {bench.PEER} | fp32 | none | 2 x 1 |" in md and "| x loop |" in md
+    assert f"| {configs.PEER} | fp32 | none | 2 x 1 |" in md and "| x loop |" in md
 
 
 def test_the_plain_loop_uses_none_of_the_courses_code() -> None:
     """What the loop imports: torch, transformers and the standard library; nothing of workshop."""
     import ast
 
-    from workshop.results import plain_loop
+    from workshop.bench import plain_loop
 
     tree = ast.parse(Path(plain_loop.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -80,7 +81,7 @@ def test_the_plain_loop_uses_none_of_the_courses_code() -> None:
 def test_the_plain_loops_batches_pad_to_their_longest_and_mask_the_padding() -> None:
     import torch
 
-    from workshop.results.plain_loop import IGNORE_INDEX, batches
+    from workshop.bench.plain_loop import IGNORE_INDEX, batches
 
     got = batches([3, 5, 2], batch_size=2, vocab=50, pad_id=0, steps=2, generator=torch.Generator().manual_seed(0))
     assert [tuple(b["input_ids"].shape) for b in got] == [(2, 5), (2, 3)]   # examples 1-2, then 3 and 1 again
@@ -98,7 +99,7 @@ def test_result_file_has_the_promised_shape(smoke: tuple[int, Path]) -> None:
     assert result["device"] == "cpu" and result["model"] == "tiny"
     assert {"torch", "transformers", "accelerate", "cuda", "nccl"} <= set(result["versions"])
     lengths = result["lengths"]
-    assert lengths["examples"] == bench.FIXTURE_TRAIN and lengths["p50"] <= lengths["p95"] <= lengths["max"]
+    assert lengths["examples"] == configs.FIXTURE_TRAIN and lengths["p50"] <= lengths["p95"] <= lengths["max"]
     assert (root / "out" / f"{Path(sorted((root / 'out').glob('*.json'))[0]).stem}.md").is_file()
 
 
@@ -106,7 +107,7 @@ def test_memory_prediction_column_is_present(smoke: tuple[int, Path]) -> None:
     _, root = smoke
     result = _result(root)
     for row in result["configs"]:
-        if row["name"] == bench.PEER:   # its memory is the process's RSS; the model is shown, not judged
+        if row["name"] == configs.PEER:   # its memory is the process's RSS; the model is shown, not judged
             assert row["mem_kind"] == "rss" and row["memory_rel_error"] is None
             continue
         pred = row["prediction"]
@@ -150,7 +151,7 @@ def test_steady_state_leaves_out_the_records_the_summary_does_not_count() -> Non
     recs = [{"kind": "train", "step": s, "step_time_s": 1.0, "samples_per_s": 4.0, "tokens_per_s": 40.0,
              "tflops": None, "mfu": None, "counted": s != 2} for s in (1, 2, 3)]
     assert bench.steady_state(recs, warmup=1)["measured_steps"] == 1          # step 2: the memory tracker's
-    assert bench.steps_to_measure(1, 1) == 4 and bench.steps_to_measure(3, 10) == 13   # steps 2 and 3 instrumented
+    assert configs.steps_to_measure(1, 1) == 4 and configs.steps_to_measure(3, 10) == 13   # steps 2 and 3 instrumented
 
 
 def test_steady_state_drops_warmup_and_weights_by_time() -> None:
@@ -173,23 +174,23 @@ def test_gpu_targets_are_judged_with_their_reasons() -> None:
                 "tracker_rel_error": tracker}
 
     rows = [row("seed-recipe", 10.0, 0.05, 0.02), row("baseline", 60.0, 0.45, -0.08),
-            row(bench.PEER, 62.0, 0.9, None, None), row("full_shard", 50.0, 0.38, 0.05, -0.12),
+            row(configs.PEER, 62.0, 0.9, None, None), row("full_shard", 50.0, 0.38, 0.05, -0.12),
             row("offload", 20.0, 0.1, 0.3)]
-    speed, mfu, mem, cost, peer, tracker = bench.evaluate_targets(rows, "cuda", "bloom-560m-random")
+    speed, mfu, mem, cost, peer, tracker = report.evaluate_targets(rows, "cuda", "bloom-560m-random")
     assert speed["status"] == "met" and speed["value"] == 6.0
     assert mfu["status"] == "met" and "baseline" in mfu["why"]      # the loop's 90 % is no course configuration's
-    assert mem["status"] == "not met" and "offload +30.0%" in mem["why"] and bench.PEER not in mem["why"]
+    assert mem["status"] == "not met" and "offload +30.0%" in mem["why"] and configs.PEER not in mem["why"]
     assert cost["status"] == "not met" and cost["value"] == 0.83 and "full_shard 50.00 / baseline 60.00" in cost["why"]
     assert peer["status"] == "met" and peer["value"] == 0.97
-    assert tracker["status"] == "not met" and "full_shard -12.0%" in tracker["why"] and bench.PEER not in tracker["why"]
-    bench.add_peer_ratios(rows)
+    assert tracker["status"] == "not met" and "full_shard -12.0%" in tracker["why"] and configs.PEER not in tracker["why"]
+    report.add_peer_ratios(rows)
     assert [r["vs_plain_loop"] for r in rows] == [0.161, 0.968, 1.0, 0.806, 0.323]
     # without the loop (not run, or failed) no row has a ratio and its target says why
-    alone = [r for r in rows if r["name"] != bench.PEER]
-    bench.add_peer_ratios(alone)
+    alone = [r for r in rows if r["name"] != configs.PEER]
+    report.add_peer_ratios(alone)
     assert all(r["vs_plain_loop"] is None for r in alone)
-    peer = bench.evaluate_targets(alone, "cuda", "bloom-560m-random")[4]
-    assert peer["status"] == "not met" and f"no throughput for {bench.PEER}" in peer["why"]
+    peer = report.evaluate_targets(alone, "cuda", "bloom-560m-random")[4]
+    assert peer["status"] == "not met" and f"no throughput for {configs.PEER}" in peer["why"]
 
 
 def test_a_bench_stopped_early_says_which_configurations_did_not_run() -> None:
@@ -197,7 +198,7 @@ def test_a_bench_stopped_early_says_which_configurations_did_not_run() -> None:
               "measure_steps": 10, "git_sha": "abc", "versions": {}, "configs": [], "targets": [], "notes": [],
               "lengths": {"tokenizer": "t", "mean": 1, "p50": 1, "p95": 1, "max": 1, "examples": 1},
               "not_run": ["offload", "answer_only"]}
-    md = bench.markdown(result)
+    md = report.markdown(result)
     assert "## Not run" in md and "- offload, answer_only: the bench stopped before them" in md
 
 
@@ -205,7 +206,7 @@ def test_seed_recipe_pads_every_batch_to_the_fixed_width() -> None:
     """The seed recipe is the config's pad_to_max_length, through the training script's own collator."""
     from workshop.training.data import IGNORE_INDEX, DynamicPaddingCollator
 
-    assert bench.CONFIGS["seed-recipe"].changes["pad_to_max_length"] is True
+    assert configs.CONFIGS["seed-recipe"].changes["pad_to_max_length"] is True
     collate = DynamicPaddingCollator(3, pad_to=16)
     batch = collate([{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [5], "labels": [5]}])
     assert batch["input_ids"].shape == (2, 16)
@@ -222,20 +223,20 @@ CARDS = {"cpu": None, "H200 (141 GB)": 150_121_545_728, "H100 (80 GB)": 85_030_1
 
 
 @pytest.mark.parametrize("card", list(CARDS))
-@pytest.mark.parametrize("name", [n for n in bench.CONFIGS])
+@pytest.mark.parametrize("name", [n for n in configs.CONFIGS])
 def test_every_configuration_builds_as_each_card_would_build_it(name: str, card: str, tmp_path: Path) -> None:
-    bc = bench.CONFIGS[name]
+    bc = configs.CONFIGS[name]
     device = "cpu" if card == "cpu" else "cuda"
-    cfg = bench.run_config(bc, "bloom-560m-random", device, 32, 3, 10, tmp_path / name, gpu_bytes=CARDS[card])
-    assert cfg.max_length == bench.SEQ_LEN and cfg.train_size % (cfg.batch_size * cfg.effective_grad_acc) == 0
-    assert cfg.train_size <= bench.FIXTURE_TRAIN
+    cfg = configs.run_config(bc, "bloom-560m-random", device, 32, 3, 10, tmp_path / name, gpu_bytes=CARDS[card])
+    assert cfg.max_length == configs.SEQ_LEN and cfg.train_size % (cfg.batch_size * cfg.effective_grad_acc) == 0
+    assert cfg.train_size <= configs.FIXTURE_TRAIN
     if name == "seed-recipe":   # its own batch and width, not the bench's
         assert (cfg.batch_size, cfg.effective_grad_acc, cfg.pad_to_max_length) == (1, 4, True)
         assert cfg.precision == ("fp32" if device == "cpu" else "fp16")
     if bc.fit_batch and device == "cuda":   # the memory model's largest batch, no more than the fixture holds
-        fitted = bench.fitting_batch(dict(bc.changes), "bloom-560m-random", CARDS[card], limit=10**6)
-        assert cfg.batch_size == min(fitted, bench.FIXTURE_TRAIN) and cfg.batch_size > 32
-    prediction = bench.predict(cfg, bench.SEQ_LEN)
+        fitted = configs.fitting_batch(dict(bc.changes), "bloom-560m-random", CARDS[card], limit=10**6)
+        assert cfg.batch_size == min(fitted, configs.FIXTURE_TRAIN) and cfg.batch_size > 32
+    prediction = bench.predict(cfg, configs.SEQ_LEN)
     assert prediction["total_mb"] > 0
 
 
@@ -243,9 +244,9 @@ def test_the_prediction_counts_the_seed_recipes_accumulated_gradient(tmp_path: P
     """grad_acc 4 keeps the whole fp32 gradient between micro-batches: 4 bytes a parameter more than grad_acc 1."""
     from workshop.results import memory
 
-    seed = bench.run_config(bench.CONFIGS["seed-recipe"], "bloom-560m-random", "cuda", 32, 3, 10, tmp_path)
-    alone = memory.estimate("bloom-560m-random", "none", 1, "fp16", 1, bench.SEQ_LEN, grad_acc=1)
-    held = bench.predict(seed, bench.SEQ_LEN)["total_mb"] - alone.gpu_peak / memory.MB
+    seed = configs.run_config(configs.CONFIGS["seed-recipe"], "bloom-560m-random", "cuda", 32, 3, 10, tmp_path)
+    alone = memory.estimate("bloom-560m-random", "none", 1, "fp16", 1, configs.SEQ_LEN, grad_acc=1)
+    held = bench.predict(seed, configs.SEQ_LEN)["total_mb"] - alone.gpu_peak / memory.MB
     assert held == pytest.approx(4 * memory.get_arch("bloom-560m-random").params / memory.MB, rel=0.02)
 
 

@@ -209,7 +209,7 @@ def _student_lab_as_the_ood_app_sets_it(jconf: Path, tmp: Path) -> None:
     import re
 
     from tests.test_ood import _page_config
-    from workshop.course.ood import render_app
+    from workshop.site.ood import render_app
 
     render_app("example-hpc", tmp / "ood-app")
     before = (tmp / "ood-app" / "template" / "before.sh.erb").read_text()
@@ -240,7 +240,7 @@ def lab(tmp_path: Path) -> Iterator[tuple[str, str, Path]]:
         (tmp_path / "jsettings" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "jsettings" / rel).write_text(json.dumps(value))
     # the course kernel, registered the way a student's environment gets it
-    subprocess.run([sys.executable, "-m", "workshop.course.kernel", "--profile", "local"], env=env, check=True,
+    subprocess.run([sys.executable, "-m", "workshop.student.kernel", "--profile", "local"], env=env, check=True,
                    capture_output=True, timeout=60)
     port, token = rendezvous_port(), base64.b32encode(os.urandom(15)).decode().lower()
     log = open(tmp_path / "jupyterlab.log", "wb")

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.budget import DRY_RUN, SWEEP, budget_rows, costs, disk_markdown, disk_rows, markdown, main
+from workshop.cli import main
+from workshop.site.budget import DRY_RUN, SWEEP, budget_rows, costs, disk_markdown, disk_rows, markdown
 from workshop.training.config import ConfigError
 from workshop.slurm.profiles import PROFILES_DIR, ProfileError, load_profile
 
@@ -22,14 +23,14 @@ SITE = load_profile("example-hpc")
 def test_the_instructor_guide_states_the_computed_budget() -> None:
     guide = (ROOT / "docs/instructor.md").read_text()
     assert "## Class budget" in guide
-    assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `python -m workshop.course.budget`"
+    assert markdown(SITE, 20) in guide, "docs/instructor.md's table differs: paste `workshop budget`'s table"
     assert "## Disk" in guide and disk_markdown(SITE, 20) in guide.split("## Disk", 1)[1]
 
 
 def test_the_budget_has_the_sweep_the_dry_run_and_reruns() -> None:
     """Nothing the class needs is missing: notebook 03's challenge sweep (its whole grid, once), the dry run
     (one student's course, once) and a rerun allowance on the students' jobs."""
-    from workshop.course import challenge
+    from workshop.student import challenge
 
     rows = {r["notebook"]: r for r in budget_rows(SITE, 20, rerun=0.25)}
     notebooks = [r for name, r in rows.items() if name[:2].isdigit() and name[2] == "_"]
@@ -39,7 +40,7 @@ def test_the_budget_has_the_sweep_the_dry_run_and_reruns() -> None:
     assert rows[DRY_RUN]["gpu_h_class"] == pytest.approx(per_student) and rows[DRY_RUN]["jobs"] == 22
     rerun = next(r for name, r in rows.items() if name.startswith("reruns"))
     assert rerun["gpu_h_class"] == pytest.approx(0.25 * 20 * per_student)
-    assert "`python -m workshop.course.challenge`" in markdown(SITE, 20)
+    assert "`python -m workshop.student.challenge`" in markdown(SITE, 20)
 
 
 def test_a_site_can_hand_notebook_03s_jobs_to_the_instructor(tmp_path: Path) -> None:
@@ -100,7 +101,7 @@ def test_every_gpu_count_of_notebooks_04_and_05_times_at_least_50_steady_steps()
 def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     """The instructor's 04 jobs are the right answer to the notebook's settings exercise: the largest
     micro-batch and the accumulation that keeps the plan's global batch (the same jobs, so handed over)."""
-    from workshop.course.budget import notebook_runs
+    from workshop.site.budget import notebook_runs
     from workshop.slurm.steps import scaling_plan
 
     plan = scaling_plan(SITE)
@@ -115,8 +116,10 @@ def test_notebook_04s_runs_are_the_plan_the_notebook_reads() -> None:
     assert nb5["gpu_h_class_instructor_run"] < nb5["gpu_h_class"] / 4          # 2-node rows run once
 
 
+@pytest.mark.slow   # the CLI asks sinfo (a process) where Slurm answers
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture) -> None:
-    assert main(["--profile", "example-hpc", "--students", "20"]) == 0
+    """`workshop budget`, one command: the budget's tables first (the day after them: tests/test_schedule.py)."""
+    assert main(["budget", "--profile", "example-hpc", "--students", "20"]) == 0
     out = capsys.readouterr().out
     assert markdown(SITE, 20) in out and "requested allocation" in out
 
@@ -151,9 +154,9 @@ def local_site(path: Path, **course: object) -> Path:
 
 
 def guide_command(marker: str) -> str:
-    """The `python -m workshop.course.budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
+    """The `workshop budget ...` command of docs/instructor.md's "Class budget" that contains `marker`."""
     part = (ROOT / "docs/instructor.md").read_text().split("## Class budget", 1)[1]
-    found = re.findall(r"`(python -m workshop\.course\.budget [^`]*)`", part)
+    found = re.findall(r"`(workshop budget [^`]*)`", part)
     return next(c for c in found if marker in c)
 
 
@@ -166,7 +169,7 @@ def run_as_written(command: str, **env: str) -> subprocess.CompletedProcess[str]
 
 def test_the_guides_budget_command_prints_the_guides_table() -> None:
     command = guide_command("--students")
-    assert command == "python -m workshop.course.budget --profile example-hpc --students 20"
+    assert command == "workshop budget --profile example-hpc --students 20"
     proc = run_as_written(command)
     assert proc.returncode == 0, proc.stderr
     assert markdown(SITE, 20) in proc.stdout and markdown(SITE, 20) in (ROOT / "docs/instructor.md").read_text()
@@ -174,17 +177,17 @@ def test_the_guides_budget_command_prints_the_guides_table() -> None:
 
 
 def test_the_guides_instructor_run_command_submits_each_costly_job_once(tmp_path: Path) -> None:
-    """`python -m workshop.course.budget --profile <site> --instructor-run` as the guide writes it, <site> being a
+    """`workshop budget --profile <site> --instructor-run` as the guide writes it, <site> being a
     copy of the local profile with a [course] table: it submits every costly job (on the local backend the
     2-node jobs of 05) into instructor_jobs, a second run finds them, and a student's cell is handed the
     instructor's folder. The jobs are cancelled once submitted: that they run and are read as the student's
     own is test_instructor_run_mode_gives_students_the_instructors_job's."""
-    from workshop.course.budget import is_costly
+    from workshop.site.budget import is_costly
     from workshop.slurm import Job, submit
     from workshop.slurm.steps import step_config
 
     command = guide_command("--instructor-run")
-    assert command == "python -m workshop.course.budget --profile <site> --instructor-run"
+    assert command == "workshop budget --profile <site> --instructor-run"
     shared = tmp_path / "instructor-jobs"
     profile = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_min_gpus=8)
     site = load_profile(profile)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 
-from workshop.course.cell_label import label
+from workshop.student.cell_label import label
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,7 +20,7 @@ def notebook(folder: Path) -> Path:
     nb.cells = [nbformat.v4.new_markdown_cell("# 05 · Many nodes\n\n## 5. The bandwidth gate\n\nRead it."),
                 nbformat.v4.new_code_cell("x = 1"),
                 nbformat.v4.new_markdown_cell("Some words, no heading."),
-                nbformat.v4.new_code_cell("from workshop.course import checks\n"
+                nbformat.v4.new_code_cell("from workshop.student import checks\n"
                                           "checks.choice(False, True, 'does the gate pass?')")]
     nb.cells[1].id, nb.cells[3].id = "nb05-answer", "nb05-test-gate"
     nb.cells[3].metadata["nbgrader"] = {"grade_id": "nb05-test-gate", "grade": True, "locked": True, "points": 1}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course import challenge
-from workshop.course.budget import STATIC_RUNS
+from workshop.student import challenge
+from workshop.student.runs import STATIC_RUNS
 from workshop.results.memory import estimate_config
 from workshop.slurm.profiles import load_profile
 
@@ -86,7 +86,7 @@ def test_on_this_site_every_strategy_has_a_reasoned_choice_that_passes() -> None
     """The committed sweep with the course's own memory model: DDP at micro-batch 1 (the issue's student, who
     followed 'when a replica fits, DDP is usually faster') passes, and so do full_shard and shard_grad_op
     done right; offload or checkpointing where a plain run fits does not."""
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     lab = Lab("local", jobs_dir="/nonexistent", quiet=True)
     sweep = challenge.load_sweep(LOCAL)
@@ -104,7 +104,7 @@ def test_the_budget_falls_in_a_gap_between_peaks() -> None:
 
 
 def test_the_class_budget_counts_the_notebooks_jobs() -> None:
-    """workshop/course/budget.py's copy of notebook 03's runs: the five strategies and the solution's challenge job;
+    """workshop/student/runs.py's copy of notebook 03's runs: the five strategies and the solution's challenge job;
     the notebook's checks read what each run's name means from there."""
     written = solution_cell("nb03-05-predict").split("### BEGIN SOLUTION")[1].split("### END SOLUTION")[0]
     runs = eval(written.split("runs =", 1)[1], {"dict": dict})
@@ -131,8 +131,8 @@ def test_the_guides_sweep_command_runs_the_grid_into_instructor_jobs_and_hands_a
     from tests.test_docs_commands import fenced, line_with
     from workshop.slurm import Job, submit
 
-    line = line_with(fenced(ROOT / "docs" / "instructor.md", "## Before the workshop"), "workshop.course.challenge")
-    assert line == "python -m workshop.course.challenge --profile <site>"
+    line = line_with(fenced(ROOT / "docs" / "instructor.md", "## Before the workshop"), "workshop.student.challenge")
+    assert line == "python -m workshop.student.challenge --profile <site>"
     shared = tmp_path / "instructor-jobs"
     site = local_site(tmp_path / "site.toml", instructor_jobs=shared, instructor_steps=["strategies"])
     profile = load_profile(site)

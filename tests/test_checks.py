@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workshop.course import checks
-from workshop.course.integrity import Placeholder, Replay
-from workshop.course.scan import Cell, answer_key, protected_names, scan_cells
+from workshop.student import checks
+from workshop.grading.integrity import Placeholder, Replay
+from workshop.grading.scan import Cell, answer_key, protected_names, scan_cells
 
 
 class Anything(float):
@@ -72,11 +72,11 @@ def test_the_rerun_reads_answers_from_records_only() -> None:
                 checks.number(0, 2.0, "loss")
         finally:
             checks._replay = None
-    with pytest.raises(TypeError, match="outside a workshop.course.checks call"):
+    with pytest.raises(TypeError, match="outside a workshop.student.checks call"):
         assert Placeholder("baseline")["loss"] == 1   # a test cell may not compare a student's value itself
 
 
-LOCKED = {"setup": "from workshop.course.lab import Lab\nlab = Lab()",
+LOCKED = {"setup": "from workshop.student.lab import Lab\nlab = Lab()",
           "reference": "from workshop import checks\nreference = lab.table('baseline', [lab.run('baseline')])",
           "test": "checks.number(baseline['em'], reference['em'], 'em')"}
 
@@ -84,9 +84,9 @@ LOCKED = {"setup": "from workshop.course.lab import Lab\nlab = Lab()",
 @pytest.mark.parametrize("source, reason", [
     ("checks = None", "rebinds `checks`"),
     ("def lab(): pass", "redefines `lab`"),
-    ("import workshop.course.checks\nworkshop.course.checks.number = print", r"assigns `workshop\.course\.checks\.number`"),
+    ("import workshop.student.checks\nworkshop.student.checks.number = print", r"assigns `workshop\.student\.checks\.number`"),
     ("setattr(lab, 'run', print)", "setattr"),
-    ("import sys\nsys.modules['workshop.course.checks'] = None", "sys.modules"),
+    ("import sys\nsys.modules['workshop.student.checks'] = None", "sys.modules"),
     ("class A:\n    def __eq__(self, o): return True", "defines __eq__"),
     ("import sys, io\nsys.stderr = io.StringIO()", "sys.stderr"),
     ("from contextlib import redirect_stderr", "redirects stderr"),
@@ -96,15 +96,15 @@ LOCKED = {"setup": "from workshop.course.lab import Lab\nlab = Lab()",
     ("import os\nos.environ.pop('NBGRADER_EXECUTION')", "environment"),
     ("exec('x = 1')", r"\(exec\)"),
     # by principle, not by a list of known tricks: the ways round a blacklist of names
-    ("import workshop.course.checks as wc\n_o = wc.number\nwc.__dict__['number'] = lambda a, e, w, **k: _o(e, e, w, **k)",
+    ("import workshop.student.checks as wc\n_o = wc.number\nwc.__dict__['number'] = lambda a, e, w, **k: _o(e, e, w, **k)",
      r"`\.__dict__`"),
-    ("import workshop.course.checks as wc\nvars(wc).update(number=print)", r"vars\(\)"),
+    ("import workshop.student.checks as wc\nvars(wc).update(number=print)", r"vars\(\)"),
     ("from unittest import mock\nmock.patch.object(checks, 'number', print).start()", "imports unittest"),
     ("object.__setattr__(checks, 'number', print)", r"`\.__setattr__`"),
-    ("getattr(__import__('s' + 'ys'), 'mod' + 'ules')['workshop.course.checks'].number = print", "computed name"),
+    ("getattr(__import__('s' + 'ys'), 'mod' + 'ules')['workshop.student.checks'].number = print", "computed name"),
     ("import importlib\nimportlib.reload(checks)", "importlib"),
     ("c = checks\nc.number = print", r"assigns the attribute `c\.number`"),
-    ("import workshop.course.checks as wc\nwc.number = print", r"assigns `wc\.number`"),
+    ("import workshop.student.checks as wc\nwc.number = print", r"assigns `wc\.number`"),
     ("import sys\nx = sys._getframe(1)", r"uses `sys\._getframe`"),
     ("f = getattr\nf(checks, 'number')", "computed name"),
     ("x = getattr(checks, '__dict__')", "getattr"),
@@ -164,7 +164,7 @@ def test_a_student_who_debugs_and_patches_nothing_is_not_flagged() -> None:
     ("import sys as s\ns.settrace(print)", r"uses `sys\.settrace`"),
     ("import os\nos = os\nos.system('true')", r"uses `os\.system`"),
     ("%time checks.number = print", r"assigns `checks\.number`"),
-    ("%%time\nimport workshop.course.checks as wc\nwc.__dict__['number'] = print", r"`\.__dict__`"),
+    ("%%time\nimport workshop.student.checks as wc\nwc.__dict__['number'] = print", r"`\.__dict__`"),
     ("%%capture\nprint(1)", "get_ipython"),
     ("!ls", "get_ipython"),
     ("%env NBGRADER_EXECUTION=", "get_ipython"),
@@ -197,8 +197,8 @@ def test_a_debugging_module_imported_in_one_cell_is_judged_where_it_is_used() ->
      r"calls `lab\.predict`"),
     ("rank = sorted(runs, key=lambda r: lab.predict(**runs[r])['peak'])", r"calls `lab\.predict`"),
     ("def f(n):\n    return explore(gpus=n).mb", "calls `explore`"),
-    ("from workshop.results import comm\nx = comm.predict('bloom-560m', 'ddp', 8).by_kind(0)",
-     "workshop.results.comm"),   # the reference of notebook 03's sent_elements
+    ("from workshop.comm import model as comm\nx = comm.predict('bloom-560m', 'ddp', 8).by_kind(0)",
+     "workshop.comm.model"),   # the reference of notebook 03's sent_elements
     ("def sent_elements(s, n, m, k=1):\n    return comm.model_facts('tiny')", "uses `comm`"),
 ])
 def test_reference_only_code_in_a_students_cell_is_flagged(source: str, reason: str) -> None:
@@ -214,10 +214,10 @@ def test_a_students_own_names_are_not_the_course_code_of_the_same_name() -> None
 
 @pytest.mark.parametrize("sources", [
     ("ask = lab.predict", "def predict_memory(arch, run, n):\n    return dict(ask('fsdp_1gpu', procs_per_node=n))"),
-    ("from workshop.course.explorer import explore as ex\ndef f(n):\n    return ex(gpus=n).mb",),
+    ("from workshop.student.explorer import explore as ex\ndef f(n):\n    return ex(gpus=n).mb",),
     ("import functools\nask = functools.partial(lab.predict, 'strategies')\nagain = ask",
      "def f(**s):\n    return again(**s)['peak']"),
-    ("from workshop.results import comm\nnet = comm.predict", "f = lambda nodes, g: net('bloom-560m', 'full_shard', nodes * g, nodes)"),
+    ("from workshop.comm import model as comm\nnet = comm.predict", "f = lambda nodes, g: net('bloom-560m', 'full_shard', nodes * g, nodes)"),
 ])
 def test_a_lesson_tool_under_another_name_inside_a_function_is_flagged(sources: tuple[str, ...]) -> None:
     """A tool bound to a name of the student's (an alias, a partial, an import as), in any of their cells,
@@ -270,7 +270,7 @@ def test_harmless_python_is_not_flagged() -> None:
 def test_reading_the_answer_key_is_flagged_and_reading_the_tables_is_not() -> None:
     """Names the instructor's cells bind for the tests only (a reference, a name a test cell binds, a
     reference function only tests call) are the answer key; the lab and the measured table are not."""
-    locked = {"setup": "from workshop.course.lab import Lab\nfrom workshop.training.data import encode_reference_free as encode_ok\n"
+    locked = {"setup": "from workshop.student.lab import Lab\nfrom workshop.training.data import encode_reference_free as encode_ok\n"
                        "from workshop.training.data import encode_for_training\nlab = Lab()\nshown = encode_ok(1)",
               "table": "measured = lab.table('baseline')",
               "reference": "state_reference = {'weights': 4}",

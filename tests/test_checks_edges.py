@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workshop.course import checks
+from workshop.student import checks
 
 
 def passes(check, *args, **kw) -> bool:  # noqa: ANN001
@@ -153,7 +153,7 @@ def test_messages_without_a_hint_and_of_an_empty_choice(capsys: pytest.CaptureFi
 ])
 def test_each_check_replays_its_own_kind_of_record(check, args) -> None:  # noqa: ANN001
     """In the independent re-run the answer comes from the record of the same kind and name, or not at all."""
-    from workshop.course.integrity import Replay
+    from workshop.grading.integrity import Replay
 
     kind = check.__name__
     answer = args[0]

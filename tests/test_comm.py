@@ -18,7 +18,7 @@ import pytest
 
 from tests.runs import TORCHRUN, RunCache, clean_env
 from workshop.slurm.ports import rendezvous_port
-from workshop.results import comm
+from workshop.comm import model as comm
 from workshop.results.logs import ParsedLog
 from workshop.training import comm_trace
 from workshop.training.comm_recorder import choose_step, summarize
@@ -244,7 +244,7 @@ COPY_TRACE = {
 def test_copies_are_neither_compute_nor_communication_and_hide_no_collective(tmp_path: Path) -> None:
     """Issue #35: FSDP2's copy-in/copy-out kernels and offload's host<->device copies are a lane of their
     own, and a collective beside them only is exposed, not overlapped."""
-    from workshop.results.comm_timeline import read_timeline
+    from workshop.comm.timeline import read_timeline
 
     events = comm_trace.cut(COPY_TRACE, [], 0, "n1")
     lanes = {e["name"]: e["args"].get("lane") for e in events if e["ph"] == "X"}
@@ -358,7 +358,7 @@ def fake_run(label: str, summary: dict[str, Any], config: dict[str, Any]) -> Par
 
 @probe_test
 def test_tables_show_not_measured_never_zeros(probe: Path) -> None:
-    from workshop.results.comm_compare import comm_table, network_table
+    from workshop.comm.compare import comm_table, network_table
 
     config = {"model": "tiny", "sharding": "full_shard", "nodes": 1, "procs_per_node": 2, "batch_size": 2}
     base = {"world_size": 2, "nodes": 1, "sharding_applied": "full_shard", "model": "tiny", "precision": "fp32",
@@ -381,7 +381,7 @@ def test_tables_show_not_measured_never_zeros(probe: Path) -> None:
 
 @probe_test
 def test_lab_comm_table_and_plots(probe: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     monkeypatch.chdir(tmp_path)
     lab = Lab("local", quiet=True)
@@ -398,7 +398,7 @@ def test_lab_comm_table_and_plots(probe: Path, tmp_path: Path, monkeypatch: pyte
 
 @probe_test
 def test_timeline_reads_compute_and_each_collective_per_rank(probe: Path) -> None:
-    from workshop.results.comm_timeline import _merge, read_timeline, trace_path
+    from workshop.comm.timeline import _merge, read_timeline, trace_path
 
     t = read_timeline(probe / "ok")
     assert t.step == 3 and t.device == "cpu" and [lane.rank for lane in t.lanes] == [0, 1]
@@ -435,7 +435,7 @@ def test_summary_splits_bytes_by_where_each_group_lives(probe: Path) -> None:
 # ---------------------------------------------------------------------------------------- real runs
 
 BF16_SHORT = ("--precision", "bf16", "--train-size", "12", "--epochs", "1")
-# (flags, procs per node, nodes): one configuration per distinct path of the model (workshop.results.comm) and of
+# (flags, procs per node, nodes): one configuration per distinct path of the model (workshop.comm.model) and of
 # the recorder: DDP's all-reduce and FSDP2's full shard at 2 ranks and at 4 (where a ring's (n-1)/n is no longer
 # 1/n), SHARD_GRAD_OP (no re-gather in backward), CPU offload and activation checkpointing (the model says they
 # change nothing: a run shows it), DDP with activation checkpointing, HSDP's 2x2 mesh and FSDP1's
@@ -502,7 +502,7 @@ def test_commdebugmode_counts_the_same_collectives(runs: RunCache, flags: tuple[
 def test_two_nodes_count_what_crosses_per_node_and_per_rank(runs: RunCache) -> None:
     """05's hybrid_shard on 2 "nodes" x 2: only the all-reduce of the gradient shards leaves a node;
     every rank sends it to its replica on the other node, so each node sends two ranks' worth."""
-    from workshop.results.comm_compare import network_table
+    from workshop.comm.compare import network_table
 
     run = runs.get("--sharding", "hybrid_shard", nproc=2, nnodes=2)
     s = run.summary
@@ -560,7 +560,7 @@ def test_a_step_without_trace_shows_not_measured_in_the_timeline_never_zeros(tmp
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Notebook 04's timeline of a run whose step could not be recorded: every figure NaN with the summary's
     reason, and the plot draws that reason instead of empty rows (a step with no communication)."""
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     run = tmp_path / "run"
     run.mkdir()

@@ -15,7 +15,7 @@ import pytest
 from tests.copying_student import CHALLENGE, STRATEGIES, call_like_a_caller, copy_by, copy_like_a_copier
 from tests.grading import Course, append_to_cell, grade_the_class, replace_cell
 from tests.test_grading_doc import rows as documented_cells
-from workshop.course.release import assignments
+from workshop.grading.release import assignments
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def tamper(nb: nbformat.NotebookNode) -> None:
 
 @pytest.fixture(scope="module")
 def graded(course_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Course, dict, dict]:
-    """One class, graded by the instructor's one command (`workshop.course.grade --jobs 2`): bob hands in the
+    """One class, graded by the instructor's one command (`workshop.grading.grade --jobs 2`): bob hands in the
     blank release of 01 (no jobs); "blank" every blank release beside the course's saved jobs; "copier"
     the same with every answer copied from what the notebook shows, "caller" the executed solution with
     every answer the course's reference code computed (tests/copying_student.py); mallory a tampered 01.

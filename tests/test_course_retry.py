@@ -1,5 +1,5 @@
 """A cell whose kernel reply never comes (nteract/papermill#711) must not hang the course forever:
-`workshop.course.run_all` gives up on it after --cell-timeout and runs the notebook once more, in the same
+`workshop.grading.run_all` gives up on it after --cell-timeout and runs the notebook once more, in the same
 folder, so that what the first run left (its jobs) is found. A real papermill run and kernel."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workshop.course.run_all import run_notebook
+from workshop.grading.run_all import run_notebook
 
 # the first run's cell outlasts the limit (as a lost reply does); the second run finds the first's file
 SLOW_ONCE = """

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.release import REPO, assignments
+from workshop.grading.release import REPO, assignments
 from workshop.slurm.profiles import load_profile, scratch_folder
 
 WEIGHTS = (".distcp", ".safetensors", ".bin", ".pt", ".pth")

@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from tests.runs import clean_env, train
-from workshop.course.ood import FILES, render_app
+from workshop.site.ood import FILES, render_app
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = {"TRAIN_SIZE": "8", "EVAL_SIZE": "4"}
@@ -90,8 +90,8 @@ def test_readme_help_lists_every_option_the_readme_names(tmp_path: Path) -> None
 def test_the_instructor_guides_ood_render_line(tmp_path: Path) -> None:
     """docs/instructor.md, "Before the workshop" 4: <site> is the example site, <apps dir> a folder here."""
     guide = (ROOT / "docs" / "instructor.md").read_text()
-    line = re.search(r"`(python -m workshop\.course\.ood render [^`]*)`", guide).group(1)
-    assert line == "python -m workshop.course.ood render --profile <site> --out <apps dir>/fsdp-workshop"
+    line = re.search(r"`(python -m workshop\.site\.ood render [^`]*)`", guide).group(1)
+    assert line == "python -m workshop.site.ood render --profile <site> --out <apps dir>/fsdp-workshop"
     proc = sh(line.replace("<site>", "example-hpc").replace("<apps dir>", str(tmp_path / "apps")), ROOT)
     assert proc.returncode == 0, proc.stderr
     app = tmp_path / "apps" / "fsdp-workshop"
@@ -109,7 +109,7 @@ def test_the_ood_readmes_render_and_install_lines(tmp_path: Path) -> None:
     without the word `sudo`, in a mount namespace of its own whose /var is an empty tmpfs, so that
     /var/www/ood/apps/sys/ exists there and nothing of this machine's /var is touched."""
     render, install = fenced(ROOT / "slurm" / "ood" / "README.md")
-    assert render == "python -m workshop.course.ood render --profile example-hpc --out ~/ondemand/dev/fsdp-workshop"
+    assert render == "python -m workshop.site.ood render --profile example-hpc --out ~/ondemand/dev/fsdp-workshop"
     assert install == "sudo cp -r ~/ondemand/dev/fsdp-workshop /var/www/ood/apps/sys/"
     home = tmp_path / "home"
     home.mkdir()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.results import comm
+from workshop.comm import model as comm
 from workshop.slurm.jobs import prepare
 from workshop.training.config import ConfigError, load_config
 

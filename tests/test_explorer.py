@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workshop.course import explorer
+from workshop.student import explorer
 from workshop.results.memory import GiB, estimate
 
 

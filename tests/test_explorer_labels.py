@@ -4,7 +4,7 @@ GPUs of one size now share a line and a label; every label has a height of its o
 
 from __future__ import annotations
 
-from workshop.course import explorer
+from workshop.student import explorer
 
 
 def test_each_fits_label_has_its_own_height_and_names_every_gpu() -> None:

@@ -140,7 +140,7 @@ def test_every_requirement_of_a_fetched_wheel_is_carried_or_there(wheels: Path) 
 
 
 def test_the_report_merges_into_the_bench_result(tmp_path: Path) -> None:
-    from workshop.results import gpu_report
+    from workshop.bench import gpu_report
 
     work, out = tmp_path / "work", tmp_path / "out"
     work.mkdir()
@@ -166,7 +166,7 @@ def test_the_report_merges_into_the_bench_result(tmp_path: Path) -> None:
 
 
 def test_version_drift_names_older_newer_missing_and_local_builds() -> None:
-    from workshop.results.gpu_report import drift
+    from workshop.bench.gpu_report import drift
 
     rows = drift({"torch": "2.13.0", "transformers": "5.23.0", "nbgrader": "0.9.6", "pandas": "3.1.1"},
                  {"torch": "2.11.0+cu130", "transformers": "5.17.0", "nbgrader": None, "pandas": "3.1.1"})

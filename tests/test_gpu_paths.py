@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.runs import RunCache
-from workshop.results import comm
+from workshop.comm import model as comm
 from workshop.slurm.jobs import prepare
 from workshop.slurm.profiles import PROFILES_DIR, available, load_profile, time_seconds
 from workshop.slurm.render import collective_timeout_for

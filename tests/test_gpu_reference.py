@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.logs_fixtures import LOGS
-from workshop.results import gpu_reference
-from workshop.results.bench import PEER
+from workshop.bench import gpu_reference
+from workshop.bench.configs import PEER
 
 CPU_LOG = LOGS / "real_baseline_local_job.log"
 
@@ -72,7 +72,7 @@ def test_no_result_no_line_and_nothing_fails(tmp_path: Path) -> None:
 
 def test_the_lab_prints_the_line_under_a_table_of_cpu_runs(results: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     lab = Lab("local", jobs_dir=tmp_path / "jobs")
     capsys.readouterr()

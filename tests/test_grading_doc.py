@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workshop.course import scan
-from workshop.course.release import REPO, assignments
+from workshop.grading import scan
+from workshop.grading.release import REPO, assignments
 
 DOC = REPO / "docs" / "grading.md"
 COPYABLE_SHARE = 0.25

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.scan import without_hidden_tests
+from workshop.grading.scan import without_hidden_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
@@ -62,7 +62,7 @@ def test_visible_checks_check_form_and_say_so(name: str) -> None:
 
 
 def test_a_form_check_says_it_checks_the_form_only(capsys: pytest.CaptureFixture[str]) -> None:
-    from workshop.course import checks
+    from workshop.student import checks
 
     checks.form(11, lambda n: type(n) is int and n >= 1, "the fewest GPUs: a whole number")
     assert "only the form is checked here" in capsys.readouterr().out
@@ -71,7 +71,7 @@ def test_a_form_check_says_it_checks_the_form_only(capsys: pytest.CaptureFixture
 
 
 def test_the_feedback_sets_the_reference_beside_the_answer_only_while_grading(monkeypatch: pytest.MonkeyPatch) -> None:
-    from workshop.course import checks
+    from workshop.student import checks
 
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     with pytest.raises(AssertionError) as live:

@@ -21,7 +21,7 @@ import nbformat
 import pytest
 
 from tests.grading import append_to_cell
-from workshop.course.release import REPO, assignments
+from workshop.grading.release import REPO, assignments
 
 pytestmark = pytest.mark.slow
 
@@ -103,7 +103,7 @@ def test_the_guide_as_written(course_run: Path, tmp_path: Path) -> None:
             results[command(line)] = proc.returncode
             if command(line).startswith("workshop verify"):
                 verify_out = proc.stdout
-            elif command(line).startswith("python -m workshop.course.grade --jobs"):
+            elif command(line).startswith("python -m workshop.grading.grade --jobs"):
                 grade_out = proc.stdout
             if not command(line).startswith("workshop verify"):
                 assert proc.returncode == 0, f"{typed} exited {proc.returncode}"
@@ -201,7 +201,7 @@ def test_a_step_that_cannot_work_says_which_and_what_to_run(tmp_path: Path) -> N
     root = fresh_course_root(tmp_path / "course")
     for student in ("ann", "ben"):
         shutil.copytree(REPO / "notebooks" / "01_baseline", root / "submitted" / student / "01_baseline")
-    proc = run("python -m workshop.course.grade", root)
+    proc = run("python -m workshop.grading.grade", root)
     assert proc.returncode == 1
     lines = [ln for ln in proc.stdout.splitlines() if "NOT GRADED" in ln]
     assert len(lines) == 2 and all("has no assignment '01_baseline': run scripts/release.sh" in ln for ln in lines)

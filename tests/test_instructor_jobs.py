@@ -64,7 +64,7 @@ def test_verify_passes_the_instructors_job_in_every_submission(classroom, monkey
 def test_the_review_calls_no_one_a_copier_for_the_instructors_job(classroom, monkeypatch) -> None:
     from nbgrader.api import Gradebook
 
-    from workshop.course.integrity import review_class
+    from workshop.grading.integrity import review_class
 
     subs, profile, job = classroom
     db = subs.parent / "gradebook.db"

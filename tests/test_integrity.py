@@ -1,5 +1,5 @@
 """A clever student cannot talk the grading round: real nbgrader autograde on real submissions (the
-session's executed course and its saved jobs), then the independent review `workshop.course.grade` runs.
+session's executed course and its saved jobs), then the independent review `workshop.grading.grade` runs.
 
 Every exploit below wins points in nbgrader's kernel, or tries to; each must end with no points, or
 with its points withheld and the submission flagged with the reason. The genuine solution keeps full
@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from tests.grading import Course, append_to_cell, grade_the_class, insert_cell_after
-from workshop.course.release import assignments
+from workshop.grading.release import assignments
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +120,7 @@ wc.__dict__["choice"] = lambda a, e, w, **k: _c(e, e, w, **k)"""
 def _ship_helper(jobs: Path) -> None:
     """helper.py beside the notebook (nbgrader copies it next to the kernel): the pass-through patch,
     where the scan of the notebook's cells cannot see it."""
-    (jobs.parent / "helper.py").write_text("import workshop.course.checks as wc\n" + PASS_THROUGH + "\n")
+    (jobs.parent / "helper.py").write_text("import workshop.student.checks as wc\n" + PASS_THROUGH + "\n")
 
 
 # a student function the test cell calls, publishing the right answer as a record of its own
@@ -166,10 +166,10 @@ EXPLOITS: dict[str, tuple[list[tuple[str, str]], Callable[[Path], None] | None]]
                  ("nb01-mask-unseen", "class checks:\n    number = value = holds = form = staticmethod(lambda *a, **k: None)")],
                 None),
     "oscar": ([*ZERO, (FIRST, """
-import workshop.course.lab, workshop.course.checks
-workshop.course.lab.check = lambda *a, **k: None
-workshop.course.checks.number = workshop.course.checks.value = workshop.course.checks.holds = lambda *a, **k: None
-workshop.course.checks.form = lambda *a, **k: None""")], None),
+import workshop.student.lab, workshop.student.checks
+workshop.student.lab.check = lambda *a, **k: None
+workshop.student.checks.number = workshop.student.checks.value = workshop.student.checks.holds = lambda *a, **k: None
+workshop.student.checks.form = lambda *a, **k: None""")], None),
     # jupyter/nbgrader#1379: an answer whose comparisons are always true
     "trudy": ([(FIRST, """
 class Anything(float):
@@ -194,7 +194,7 @@ sys.stderr = open(os.devnull, "w")
 get_ipython().showtraceback = lambda *a, **k: None
 get_ipython().set_custom_exc((Exception,), lambda *a, **k: None)""")], None),
     # the checks patched through the module's __dict__ to compare the reference with itself
-    "peggy": ([*ZERO, (FIRST, "import workshop.course.checks as wc" + PASS_THROUGH)], None),
+    "peggy": ([*ZERO, (FIRST, "import workshop.student.checks as wc" + PASS_THROUGH)], None),
     # the same patch in a file handed in beside the notebook, imported by a plain `import helper`
     "ivan": ([*ZERO, (FIRST, "import helper")], _ship_helper),
     # a forged answer record, published by the student's function that the test cell calls
@@ -254,8 +254,8 @@ def test_patched_workshop_modules_win_nothing(exploits: tuple[Course, dict]) -> 
     course, rows = exploits
     columns = rows["oscar"]
     assert columns["score"] == full(course)
-    assert_no_points_or_flagged(columns["score"], columns, r"assigns `workshop\.course\.lab\.check`",
-                                r"assigns `workshop\.course\.checks\.number`", "withheld")
+    assert_no_points_or_flagged(columns["score"], columns, r"assigns `workshop\.student\.lab\.check`",
+                                r"assigns `workshop\.student\.checks\.number`", "withheld")
 
 
 def test_answer_equal_to_anything_wins_nothing(exploits: tuple[Course, dict]) -> None:

@@ -1,5 +1,5 @@
 """`make course` prints no "Kernel is running over TCP without encryption": the course's kernels talk to
-papermill over Unix sockets (workshop.course.ipc_kernel). A real papermill run of a one-cell notebook through
+papermill over Unix sockets (workshop.grading.ipc_kernel). A real papermill run of a one-cell notebook through
 the course's runner, the kernel's stderr read at the file descriptor (the kernel inherits it); beside it the
 same notebook through papermill's default kernel manager, which shows the warning, so that its absence is the
 transport's doing and not a lost stderr."""
@@ -12,7 +12,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from workshop.course.run_all import run_notebook
+from workshop.grading.run_all import run_notebook
 
 WARNING = "running over TCP without encryption"
 # the kernel says which transport it was started with, and where its sockets are
@@ -61,11 +61,11 @@ def test_papermills_default_kernel_shows_the_warning_the_runner_avoids(
 @pytest.mark.slow   # nbgrader's API starts the kernel behind a method call, which the tier's reading cannot follow
 def test_the_graders_autograde_kernels_start_over_unix_sockets_without_the_warning(
         tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    """nbgrader's autograde, as `workshop.course.grade` runs it (its worker's API), on a one-cell assignment:
+    """nbgrader's autograde, as `workshop.grading.grade` runs it (its worker's API), on a one-cell assignment:
     the kernel that re-executes the submission reports the `ipc` transport and prints no warning."""
     import shutil
 
-    from workshop.course import grade
+    from workshop.grading import grade
 
     root = tmp_path / "course"
     (root / "nbgrader_config.py").parent.mkdir()

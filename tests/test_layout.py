@@ -1,6 +1,6 @@
-"""The package's layers hold: training imports nothing of jobs, results, the course or grading; jobs nothing of
-results or the course; results nothing of the course; and no module imports itself back through
-others (lazy and type-checking imports count). Read from the source (AST), nothing imported: fast."""
+"""The package's rooms hold: each imports only the rooms before it in LAYERS (training, slurm, results, comm,
+bench, then the student's, the site admin's and the grader's rooms), so the student's code imports nothing of
+the site's or the grader's; and no module imports itself back through others (lazy and type-checking imports count). Read from the source (AST), nothing imported: fast."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "workshop"
-LAYERS = ("workshop.training", "workshop.slurm", "workshop.results", "workshop.course", "workshop.grading")
+LAYERS = ("workshop.training", "workshop.slurm", "workshop.results", "workshop.comm", "workshop.bench",
+          "workshop.student", "workshop.site", "workshop.grading")
 TOP = {"workshop", "workshop.__main__", "workshop.cli"}
 
 

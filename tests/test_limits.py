@@ -1,4 +1,4 @@
-"""Per-user limits against each notebook's largest cell (workshop.course.limits), on sacctmgr's own output format
+"""Per-user limits against each notebook's largest cell (workshop.site.limits), on sacctmgr's own output format
 (`-n -P`, the columns ASSOC_FORMAT and QOS_FORMAT name, as the repo's test cluster prints them); the cluster itself
 is asked in tests/slurm/test_limits_on_cluster.py."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from workshop.course.limits import Limits, bursts, burst_line, limit_lines, parse_assoc, parse_qos
+from workshop.site.limits import Limits, bursts, burst_line, limit_lines, parse_assoc, parse_qos
 from workshop.slurm.profiles import load_profile
 
 CI = load_profile("ci")
@@ -72,7 +72,7 @@ def test_limit_lines_read_sacctmgr_and_judge_every_notebook() -> None:
 
 
 def test_limits_slurmctld_does_not_enforce_are_facts_with_the_fix_for_when_it_does() -> None:
-    from workshop.course.limits import enforced, unenforced
+    from workshop.site.limits import enforced, unenforced
 
     assert enforced("AccountingStorageEnforce = associations,limits,qos") and enforced("AccountingStorageEnforce = safe")
     assert not enforced("AccountingStorageEnforce = none") and not enforced("AccountingStorageEnforce = associations")

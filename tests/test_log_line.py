@@ -66,7 +66,7 @@ def test_pending_reasons_in_a_students_words() -> None:
 
 
 def test_the_class_view_says_why_a_students_job_waits() -> None:
-    from workshop.course.classview import ClassJob, ClassView
+    from workshop.grading.classview import ClassJob, ClassView
     from workshop.slurm.records import JobState
 
     view = ClassView(jobs=[ClassJob("41", "ana", "multi_node", JobState.PENDING, "PENDING", "0:0", "/w", reason="Resources"),

@@ -162,7 +162,7 @@ def test_memory_model_logits_by_hand() -> None:
 
 
 def test_explorer_shows_the_larger_micro_batch_a_small_loss_allows() -> None:
-    from workshop.course.explorer import GPUS, explore
+    from workshop.student.explorer import GPUS, explore
 
     full = explore(draw=False)
     answer = explore(draw=False, loss="answer_only", answer_length=8)

@@ -298,7 +298,7 @@ def test_course_tables_show_what_fsdp_saves_at_2_ranks(runs) -> None:  # noqa: A
 @pytest.mark.slow
 def test_lab_memory_table_and_stacked_plot(runs, tmp_path, monkeypatch) -> None:  # noqa: ANN001
     """The notebooks' API: predicted vs measured per category for a list of jobs, and its stacked bars."""
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     monkeypatch.chdir(tmp_path)
     lab = Lab("local", quiet=True)

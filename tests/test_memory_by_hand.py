@@ -213,7 +213,7 @@ def test_defaults_notes_and_the_offload_refusal() -> None:
 def test_every_sharding_the_config_accepts_the_memory_model_estimates() -> None:
     # issue 49: estimate_config raised "unknown sharding 'hybrid_shard_grad_op'", which the config accepts.
     # One owner of the names: the training config's lists, which the models read
-    from workshop.results import comm
+    from workshop.comm import model as comm
     from workshop.training import config
 
     assert memory.SHARDINGS is config.SHARDINGS and comm.SHARDINGS is config.SHARDINGS

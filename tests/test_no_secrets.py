@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from workshop.training.config import ConfigError
-from workshop.course.ood import render_app
+from workshop.site.ood import render_app
 from workshop.slurm.profiles import available, load_profile
 from workshop.slurm import STEPS, step_config
 from workshop.slurm.render import render
@@ -130,7 +130,7 @@ def test_the_key_is_in_neither_the_ood_app_nor_the_kernelspec(tmp_path: Path,
         if load_profile(name).backend == "slurm":
             render_app(name, tmp_path / "ood" / name)
     env = dict(os.environ, WANDB_API_KEY=FAKE_KEY)
-    subprocess.run([sys.executable, "-m", "workshop.course.kernel", "--profile", "example-hpc", "--prefix",
+    subprocess.run([sys.executable, "-m", "workshop.student.kernel", "--profile", "example-hpc", "--prefix",
                     str(tmp_path / "kernel")], env=env, check=True, capture_output=True, timeout=60)
     assert list((tmp_path / "kernel").rglob("kernel.json"))
     assert _files_with_key(tmp_path) == []

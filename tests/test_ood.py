@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from workshop.course.ood import FILES, render_app
+from workshop.site.ood import FILES, render_app
 from workshop.slurm.ports import rendezvous_port
 
 SAMPLE = {  # what OOD's context holds at launch (ERB expression -> value)
@@ -156,7 +156,7 @@ def test_the_scripts_carry_the_sites_environment(app: Path) -> None:
     script = (app / "template/script.sh.erb").read_text()
     assert 'exec jupyter lab --config="${CONFIG_FILE}" --ServerApp.root_dir="${COURSE_DIR}"' in script
     assert 'cd "${COURSE_DIR}"' in script
-    assert 'python -m workshop.course.kernel --profile "${WORKSHOP_PROFILE}"' in script
+    assert 'python -m workshop.student.kernel --profile "${WORKSHOP_PROFILE}"' in script
     for line in ("module load anaconda3", "conda activate /shared/fsdp-workshop/bloom_env", "export WORKSHOP_PROFILE=example-hpc",
                  "export HF_HOME=/shared/fsdp-workshop/hf_home", "export HF_HUB_OFFLINE=1", "export WANDB_MODE=offline"):
         assert line in script.splitlines()

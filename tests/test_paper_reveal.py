@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course import checks
-from workshop.course import lab as lab_module
-from workshop.course.lab import Lab
+from workshop.student import checks
+from workshop.student import lab as lab_module
+from workshop.student.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = {"03_sharding_strategies": ("nb03-paper-reveal", ("shard_grad_op", "full_shard")),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_docs_commands import fenced, sh
-from workshop.course.prefetch import read_only_copy
+from workshop.site.prefetch import read_only_copy
 from workshop.training.data import squad_dir
 
 ROOT = Path(__file__).resolve().parent.parent

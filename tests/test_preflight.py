@@ -10,8 +10,8 @@ import dataclasses
 
 import pytest
 
-from workshop.course.checklist import FIX, NO_GPU, OK, Line, exit_code, table
-from workshop.course.preflight import arch_covers, node_lines, partition_lines, sinfo_partitions
+from workshop.site.checklist import FIX, NO_GPU, OK, Line, exit_code, table
+from workshop.site.preflight import arch_covers, node_lines, partition_lines, sinfo_partitions
 from workshop.slurm.profiles import load_profile
 
 SITE = load_profile("example-hpc")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from workshop.course.checklist import FIX, OK
-from workshop.course.preflight import multi_node_partitions, two_node_profile, two_node_verdict
+from workshop.site.checklist import FIX, OK
+from workshop.site.preflight import multi_node_partitions, two_node_profile, two_node_verdict
 from workshop.slurm.profiles import load_profile
 
 LOGS = Path(__file__).resolve().parent / "fixtures" / "logs"

@@ -64,7 +64,7 @@ def test_hybrid_shard_is_about_three_times_faster_across_2_nodes_of_8_not_twenty
 
 def test_network_seconds_are_the_node_bytes_over_the_node_rate() -> None:
     # one owner of the byte count: the time is traffic's bytes per node over the node's rate, at every layout
-    from workshop.results import traffic
+    from workshop.comm import traffic
 
     for strategy in ("full_shard", "hybrid_shard"):
         for nodes, gpus in ((2, 2), (2, 8), (4, 8), (8, 4), (1, 4), (16, 8)):

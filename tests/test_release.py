@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.release import REPO, assignments, differences, generate
+from workshop.grading.release import REPO, assignments, differences, generate
 
 NOTEBOOKS = sorted((REPO / "notebooks").glob("*/*.ipynb"))
 

@@ -46,7 +46,7 @@ def test_every_step_renders_on_every_site_as_valid_bash(step, profile, tmp_path)
     assert f"#SBATCH --output={tmp_path / 'job'}/slurm-%j.out" in script
     assert "export OMP_NUM_THREADS=" in script
     assert 'echo "[job] id ${SLURM_JOB_ID}' in script
-    program = {"bandwidth": "-m workshop.results.bandwidth",
+    program = {"bandwidth": "-m workshop.comm.bandwidth",
                "preflight": f"-m workshop.slurm.node_check --config {tmp_path / 'job' / 'config.json'} --folder jobs={tmp_path}"
                }.get(step, f"-m workshop.training.train --config {tmp_path / 'job' / 'config.json'}")
     assert program in script

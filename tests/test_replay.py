@@ -1,4 +1,4 @@
-"""`workshop budget --replay` (workshop.course.replay): the throwaway cluster is shaped like the profile and kept
+"""`workshop budget --replay` (workshop.site.replay): the throwaway cluster is shaped like the profile and kept
 to itself (its own ports, folder and munge socket, loopback only), a job asks Slurm for what the course's job asks,
 scaled; and, as root where Slurm is installed, a small replay runs end to end beside the shared test cluster,
 which it leaves as it found it."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.replay import Node, Ran, comparison, gres_conf, replay_days, sbatch_args, shape, slurm_conf
-from workshop.course.schedule import NotebookDay, SimJob
+from workshop.site.replay import Node, Ran, comparison, gres_conf, replay_days, sbatch_args, shape, slurm_conf
+from workshop.site.schedule import NotebookDay, SimJob
 from workshop.slurm.profiles import load_profile
 
 SITE = load_profile("example-hpc")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.schedule import (Day, NotebookDay, SimJob, class_jobs, day_timeline, job_duration, plan_day,
+from workshop.site.schedule import (Day, NotebookDay, SimJob, class_jobs, day_timeline, job_duration, plan_day,
                                       reading_s, simulate)
 from workshop.slurm.profiles import PROFILES_DIR, ProfileError, load_profile, time_seconds
 
@@ -109,7 +109,7 @@ def test_a_slot_filled_to_90_percent_warns_with_the_field_and_its_value() -> Non
 def test_other_users_nodes_are_not_the_class_s(tmp_path: Path) -> None:
     """[agenda] background_nodes = { v100 = 2 }: the class shares 2 of the 4 V100 nodes; 02's 100 one-GPU jobs then
     queue on 8 GPUs, not 16, and end later. Holding all 4 nodes, or a partition that does not exist, names the field."""
-    from workshop.course.schedule import partition_sizes
+    from workshop.site.schedule import partition_sizes
 
     text = (PROFILES_DIR / "example-hpc.toml").read_text()
     site = tmp_path / "site.toml"
@@ -225,7 +225,7 @@ def test_the_guides_day_command_prints_the_guides_schedule() -> None:
     """docs/instructor.md's "The day": its `workshop budget` line, typed as written in the course root, prints
     the schedule tables the guide shows (the guide cannot drift from the code) and no warning."""
     from tests.test_docs_commands import fenced, line_with, sh
-    from workshop.course.schedule import markdown
+    from workshop.site.schedule import markdown
 
     lines = [ln for ln in fenced(ROOT / "docs" / "instructor.md", "## The day") if "--replay" not in ln]
     line = line_with(lines, "workshop budget")

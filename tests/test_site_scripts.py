@@ -47,7 +47,7 @@ def test_the_gate_runs_one_rank_per_gpu_on_whole_nodes_with_nccl_info(tmp_path: 
     assert opts["partition"] == "gpu_a100" and opts["nodes"] == "2" and "exclusive" in opts
     assert opts["gpus-per-node"] == "a100:8"                        # every GPU of the node
     assert "--nproc-per-node=8" in script
-    assert "-m workshop.results.bandwidth --min-busbw 40 -e 256M" in script  # GB/s at the largest message
+    assert "-m workshop.comm.bandwidth --min-busbw 40 -e 256M" in script  # GB/s at the largest message
     # the profile keeps NCCL quiet for training; the gate's job switches it to INFO, after the profile
     assert script.index("export NCCL_DEBUG=WARN") < script.index("export NCCL_DEBUG=INFO")
 

@@ -52,7 +52,7 @@ def bloom_env_course_line() -> str:
 def test_the_wheel_carries_the_jobs_files_and_no_grading_room(tmp_path: Path) -> None:
     names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     assert [n for n in names if n.startswith("workshop/grading/") or "solutions/" in n or n.endswith(".ipynb")] == []
-    assert "workshop/course/lab.py" in names                         # the course itself is there
+    assert "workshop/student/lab.py" in names                         # the course itself is there
     for part in ("templates/job.sh", "profiles/ci.toml", "profiles/example-hpc.toml", "ood/form.yml.erb"):
         assert f"workshop/slurm/files/{part}" in names, part
     assert not [n for n in names if n.startswith("workshop/slurm/files/admin/")]   # the site admin's Epilog
@@ -86,7 +86,7 @@ def test_the_students_install_as_bloom_env_yml_writes_it(tmp_path: Path) -> None
     assert (Path(templates) / "job.sh").is_file()
     assert not [p for p in venv.rglob("*") if p.name == "solutions" or p.suffix == ".ipynb" or p.name == "grading"]
     # docs/student.md's kernel line, as written, from this install alone (scripts/ is the checkout's, not theirs)
-    (line,) = re.findall(r"`(python -m workshop\.course\.kernel [^`]+)`", (ROOT / "docs" / "student.md").read_text())
+    (line,) = re.findall(r"`(python -m workshop\.student\.kernel [^`]+)`", (ROOT / "docs" / "student.md").read_text())
     env = dict(os.environ, HOME=str(tmp_path / "home"), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
     env.pop("JUPYTER_DATA_DIR", None)
     kernel = subprocess.run(["bash", "-c", line.replace("<your-site>", "ci")], cwd=tmp_path, env=env,

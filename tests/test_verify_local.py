@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from workshop.results import verify
-from workshop.course.release import assignments
+from workshop.grading.release import assignments
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course.lab import Lab, NoSavedJob
+from workshop.student.lab import Lab, NoSavedJob
 from workshop.slurm.records import JobRecord
 from workshop.training.wrap_function import JOB_FILE, job_settings
 

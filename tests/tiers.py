@@ -44,9 +44,9 @@ LAUNCHING_OBJECTS = frozenset({
     "papermill.execute.execute_notebook",
     # workshop's entry points that start a job, a course run or a benchmark (each reaches a process deep inside)
     "workshop.slurm.jobs.submit", "workshop.slurm.group.submit_all",
-    "workshop.slurm.local_backend.submit", "workshop.slurm.slurm_backend.submit", "workshop.results.bench.main",
-    "workshop.results.bench.run_bench", "workshop.course.run_all.main", "workshop.course.run_all.run_notebook",
-    "workshop.course.release.generate",
+    "workshop.slurm.local_backend.submit", "workshop.slurm.slurm_backend.submit", "workshop.bench.harness.main",
+    "workshop.bench.harness.run_bench", "workshop.grading.run_all.main", "workshop.grading.run_all.run_notebook",
+    "workshop.grading.release.generate",
 })
 # only code of these trees is read further (the standard library and torch are judged by the lists above)
 READ_INTO = (ROOT / "tests", ROOT / "workshop")

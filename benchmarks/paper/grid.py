@@ -1,4 +1,4 @@
-"""The memory model (workshop/results/memory.py) and the communication model (workshop/results/comm.py) against dry
+"""The memory model (workshop/results/memory.py) and the communication model (workshop/comm/model.py) against dry
 runs at BLOOM's real sizes (workshop.training.dryrun): benchmarks/paper/grid-DATE.json and .md.
 
     .venv/bin/python benchmarks/paper/grid.py [--only ID ...] [--cache DIR]
@@ -34,7 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from workshop.results import comm, memory  # noqa: E402
+from workshop.comm import model as comm  # noqa: E402
+from workshop.results import memory  # noqa: E402
 from workshop.slurm.fit import dry_run  # noqa: E402
 from workshop.training.config import load_config  # noqa: E402
 

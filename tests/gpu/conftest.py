@@ -115,7 +115,7 @@ def tier_config(name: str, out_dir: Path) -> Any:
 
 def launch(name: str, root: Path, threads: int) -> GpuRun:
     """`python -m workshop.training.train --config CONFIG.json`, as a one-process job runs it."""
-    from workshop.results.bench import child_env
+    from workshop.bench.harness import child_env
 
     out_dir = root / name
     out_dir.mkdir(parents=True, exist_ok=True)

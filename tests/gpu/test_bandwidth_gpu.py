@@ -15,11 +15,11 @@ from tests.gpu.conftest import ROOT
 
 
 def test_nccl_self_test_on_one_rank_prints_the_table_and_the_gate(figures: Any) -> None:
-    from workshop.results.bench import child_env
+    from workshop.bench.harness import child_env
     from workshop.slurm.ports import rendezvous_port
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
-           "--master-port", str(rendezvous_port()), "-m", "workshop.results.bandwidth", "--device", "cuda", "-e", "64M"]
+           "--master-port", str(rendezvous_port()), "-m", "workshop.comm.bandwidth", "--device", "cuda", "-e", "64M"]
     proc = subprocess.run(cmd, cwd=ROOT, env=child_env("cuda"), capture_output=True, text=True, timeout=180)
     out = proc.stdout
     rows = [ln for ln in out.splitlines() if re.match(r"^\s+\d+\s+\d+\s+float\s+sum\s+-1\s", ln)]

@@ -29,7 +29,7 @@ def test_notebook_runs_every_cell_on_cuda(course_dir: Path, figures: Any, name: 
     import pandas as pd
     import torch
 
-    from workshop.course.run_all import run_notebook
+    from workshop.grading.run_all import run_notebook
     from workshop.slurm.jobs import Job
     from workshop.slurm.records import JobRecord
 

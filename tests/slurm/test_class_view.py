@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.course import classview
+from workshop.grading import classview
 from workshop.slurm import slurm_backend
 
 pytestmark = pytest.mark.slurm

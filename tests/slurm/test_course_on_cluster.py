@@ -22,7 +22,7 @@ import nbformat
 import pytest
 
 from tests.conftest import CELL_TIMEOUT_S
-from workshop.course.release import assignments
+from workshop.grading.release import assignments
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,8 +37,8 @@ def cluster_course(slurm_cluster, tmp_path_factory: pytest.TempPathFactory) -> P
     starts inherit it), and a cell timeout (papermill#711: a lost kernel reply)."""
     from tests.test_docs_commands import fenced, line_with
 
-    line = line_with(fenced(ROOT / "docs" / "instructor.md"), "workshop.course --profile")
-    assert line == "python -m workshop.course --profile <site> --output results-<site>", line
+    line = line_with(fenced(ROOT / "docs" / "instructor.md"), "workshop.grading.run_all --profile")
+    assert line == "python -m workshop.grading.run_all --profile <site> --output results-<site>", line
     where = slurm_cluster.shared / f"course-{os.getpid()}"
     where.mkdir(mode=0o1777)
     env = {**os.environ, **slurm_cluster.env, "WORKSHOP_CELL_TIMEOUT": str(CELL_TIMEOUT_S), "WORKSHOP_COURSE_ONLY": ON_CLUSTER,
@@ -125,6 +125,6 @@ def test_notebook_03_jobs_overlap_in_time_and_it_takes_at_most_60_percent_of_tod
           f"submission to the last end seen: {waited:.0f} s; one job after another they would take {today:.0f} s "
           f"({elapsed:.0f} s of jobs + the waits); {len(overlapping)} overlapping pairs")
     if run_again:
-        pytest.skip("notebook 03 ran twice (a cell's reply was lost, see workshop.course.run_all): its wall time is "
+        pytest.skip("notebook 03 ran twice (a cell's reply was lost, see workshop.grading.run_all): its wall time is "
                     "the second run's, which found its jobs done, so it says nothing (the overlap passed)")
     assert waited <= 0.6 * today, f"{waited:.0f} s waited for the jobs > 60 % of {today:.0f} s"

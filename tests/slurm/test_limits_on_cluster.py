@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.test_preflight_on_cluster import here  # noqa: F401 - the fixture: a fresh folder every user writes
-from workshop.course.limits import limit_lines
-from workshop.course.preflight import slurm
-from workshop.course.submit_check import submit_from_job_line
+from workshop.site.limits import limit_lines
+from workshop.site.preflight import slurm
+from workshop.site.submit_check import submit_from_job_line
 from workshop.slurm.profiles import load_profile
 
 pytestmark = pytest.mark.slurm
@@ -64,7 +64,7 @@ def test_a_job_whose_slurm_client_cannot_reach_slurmctld_fails_with_the_fix(clus
 def test_run_all_keeps_a_cell_within_the_profiles_cap(cluster, here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """jobs_per_user = 2 and a cell of three jobs: the third is submitted only once one of the first two has
     ended (sacct's Submit and End, to the second), and all three complete."""
-    from workshop.course.lab import Lab
+    from workshop.student.lab import Lab
 
     monkeypatch.chdir(here)
     lab = Lab(dataclasses.replace(CI, jobs_per_user=2), jobs_dir=here / "jobs", quiet=True)

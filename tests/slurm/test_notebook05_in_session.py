@@ -1,7 +1,7 @@
 """Notebook 05 under a session (issue 40, item 1): run to the end from inside a JupyterLab session started as
 Open OnDemand starts one, on the test cluster (profile ci).
 
-The app is rendered for ci (`workshop.course.ood.render_app`); the session is submitted with the rendered
+The app is rendered for ci (`workshop.site.ood.render_app`); the session is submitted with the rendered
 submit.yml's own sbatch options (a core and 2G of partition 'debug', the training nodes' partition) and runs
 the rendered script.sh: the site's setup, the course's exports, the course kernel. Its last line starts
 JupyterLab; here it executes notebook 05 instead (papermill, whose kernel then runs inside the session job as
@@ -27,7 +27,7 @@ import yaml
 from tests.slurm.conftest import TERMINAL_STATES
 from tests.slurm.test_course_on_cluster import assert_multi_node_jobs_ran_on_both_nodes, assert_notebook_ran_on_slurm
 from tests.test_ood import SAMPLE, erb_sample
-from workshop.course.ood import render_app
+from workshop.site.ood import render_app
 
 pytestmark = pytest.mark.slurm
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_notebook_05_runs_to_the_end_inside_a_session_on_the_gates_nodes(cluster
     jupyter = [line for line in script.splitlines() if line.startswith("exec jupyter lab ")]
     assert len(jupyter) == 1, script
     out = where / "results"
-    script = script.replace(jupyter[0], f"exec python -m workshop.course --profile ci --only 05 --output {out}")
+    script = script.replace(jupyter[0], f"exec python -m workshop.grading.run_all --profile ci --only 05 --output {out}")
     (where / "session.sh").write_text(script)
     home = where / "home"
     home.mkdir()

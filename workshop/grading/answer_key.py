@@ -4,7 +4,7 @@ The checks of 01 compare a student's *derivation* with these: the stored bytes o
 notebook never computes, the largest model whose state fits a card, the loss of an untrained model and an
 epoch's hours at the student's own throughput. Kept out of the notebook so that no visible reference cell
 spells out the formula a student is asked to find; every public name here is a reference name of the
-integrity scan (`workshop.course.scan.REFERENCE_NAMES`), so a student's cell that calls one is flagged.
+integrity scan (`workshop.grading.scan.REFERENCE_NAMES`), so a student's cell that calls one is flagged.
 
 Why the numbers are measured rather than written down: the bytes come from torch's own dtypes
 (`element_size`), the untrained loss from a real forward pass of a freshly initialised BLOOM with the full
@@ -111,8 +111,8 @@ A100_NODE = dict(model="bloom-560m", world_size=8, global_batch=64, micro_batch=
 
 def sent_gb_per_step(model: str, strategy: str, world_size: int, grad_acc: int, precision: str = "bf16") -> float:
     """GB (10**9 B) one rank sends in one optimizer step, every collective at its own dtype (the
-    communication model, `workshop.results.comm`: DDP's fp32 gradients, FSDP's 16-bit units, fp32 norms)."""
-    from workshop.results import comm
+    communication model, `workshop.comm.model`: DDP's fp32 gradients, FSDP's 16-bit units, fp32 norms)."""
+    from workshop.comm import model as comm
 
     by_kind = comm.predict(model, strategy, world_size, precision=precision, grad_acc=grad_acc).by_kind(0)
     return sum(sums["sent_bytes"] for sums in by_kind.values()) / 1e9
@@ -149,7 +149,7 @@ def logits_mb(model: str, batch: int, seq: int, positions: int, precision: str, 
 
 def comm_elements(model: str, strategy: str, n_ranks: int, micro_batches: int) -> dict[str, float]:
     """Notebook 03's elements one rank sends per step, by kind, from the communication model."""
-    from workshop.results import comm
+    from workshop.comm import model as comm
 
     by_kind = comm.predict(model, strategy, n_ranks, grad_acc=micro_batches).by_kind(0)
     return {kind: sums["sent_elements"] for kind, sums in by_kind.items()}
@@ -157,7 +157,7 @@ def comm_elements(model: str, strategy: str, n_ranks: int, micro_batches: int) -
 
 def strategy_runs() -> dict[str, dict[str, Any]]:
     """Notebook 03's five runs, by name, as the course's own settings define them."""
-    from workshop.course.budget import STATIC_RUNS
+    from workshop.student.runs import STATIC_RUNS
 
     return {name: spec for name, spec in STATIC_RUNS["03_sharding_strategies"].items() if name != "budget challenge"}
 
@@ -165,6 +165,6 @@ def strategy_runs() -> dict[str, dict[str, Any]]:
 def comm_facts(model: str) -> dict[str, Any]:
     """What notebook 03's `sent_elements` is given for `model` (the communication model's facts), for the cases
     a hidden test asks: read through the key, so that the name the student's cells use stays theirs."""
-    from workshop.results import comm
+    from workshop.comm import model as comm
 
     return comm.model_facts(model)

@@ -15,7 +15,9 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+from workshop.training import log_records
 
 # ---------------------------------------------------------------------------------------- records
 
@@ -241,19 +243,17 @@ _RANK_TAG = re.compile(r"^\[(?:rank|default)(\d{1,5})\]:\s?")  # torchrun / torc
 _DICT = re.compile(r"\{'[A-Za-z_][\w/]*':[^{}]*\}")
 _PAIR = re.compile(r"'([A-Za-z_][\w/]*)':\s*'?([-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
                    r"|nan|inf|NaN|Infinity))'?\s*(?=[,}])")
-_METRICS = re.compile(r"WORKSHOP_METRICS\s+(\{.*\})")
-_SUMMARY = re.compile(r"WORKSHOP_SUMMARY\s+(\{.*\})")
-_RUN_ARGS = re.compile(r"WORKSHOP_RUN_ARGS\s+(\{.*\})")
+_METRICS = log_records.pattern(log_records.METRICS)
 # lines a run prints once, each a JSON object kept whole on the ParsedLog: (marker, pattern, attribute)
-_CHECKPOINT = re.compile(r"WORKSHOP_CHECKPOINT\s+(\{.*\})")
-_ONCE_LINES = (("WORKSHOP_SUMMARY", _SUMMARY, "summary"), ("WORKSHOP_RUN_ARGS", _RUN_ARGS, "run_args"),
-               ("WORKSHOP_CHECKPOINT", _CHECKPOINT, "checkpoint"))
+_ONCE_LINES = tuple((log_records.marker(kind), log_records.pattern(kind), attr) for kind, attr in
+                    ((log_records.SUMMARY, "summary"), (log_records.RUN_ARGS, "run_args"),
+                     (log_records.CHECKPOINT, "checkpoint")))
 # the lines whose figures describe the run; when several ranks print them, global rank 0's are read
-_RECORD_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT", "[workshop] step", "{'")
+_RECORD_MARKERS = (*(log_records.marker(k) for k in (log_records.SUMMARY, log_records.METRICS, log_records.CHECKPOINT)),
+                   "[workshop] step", "{'")
 _STEP = re.compile(r"\[workshop\] step (\d+)(?:/(\d+))?((?:\s*\|[^|]*)*)")
 _RANKLINE = re.compile(r"\[workshop rank (\d+) host ([^\]\s]+)\]\s*(.*)")
 _KV = re.compile(r"([A-Za-z_]\w*)[=:]\s*([^\s,;|]+)")
-_NUM = re.compile(r"[-+]?\d[\d,_]*\.?\d*(?:[eE][-+]?\d+)?")
 _BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)((?:\s+(?:[-+]?[\d.]+(?:e[-+]?\d+)?|N/A))+)\s*$")
 _BW_AVG = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([-+]?[\d.]+(?:e[-+]?\d+)?|nan)", re.I)
 _BW_DEV = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)")
@@ -268,7 +268,6 @@ _SLURM_CANCEL = re.compile(r"\*\*\*\s*(JOB|STEP)\s+([\w.]+)\s+ON\s+(\S+)\s+CANCE
 _SLURM_OOM = re.compile(r"Detected\s+(\d+)\s+oom[-_]kill event", re.I)
 _SLURM_NODEFAIL = re.compile(r"(?:srun: error: Node failure on (\S+))|(?:NODE[_ ]FAIL)", re.I)
 _SLURM_TASK = re.compile(r"srun: error: (\S+): tasks? ([\d\-,]+): (.*)")
-_SLURM_PREEMPT = re.compile(r"PREEMPT", re.I)
 
 
 # ---------------------------------------------------------------------------------------- helpers
@@ -419,8 +418,7 @@ def parse_log(source: str | Path) -> ParsedLog:
 
 
 # lines only the training script's global rank 0 prints: the label in front of them is rank 0's
-_RANK0_MARKERS = ("WORKSHOP_SUMMARY", "WORKSHOP_RUN_ARGS", "WORKSHOP_DIGEST", "WORKSHOP_METRICS", "WORKSHOP_CHECKPOINT",
-                  "[workshop] ")
+_RANK0_MARKERS = (*(log_records.marker(k) for k in log_records.KINDS), "[workshop] ")
 
 
 def _record_ranks(lines: list[LogLine]) -> list[int]:
@@ -433,124 +431,150 @@ def _record_ranks(lines: list[LogLine]) -> list[int]:
     return ranks if zero is None else [zero, *(r for r in ranks if r != zero)]
 
 
-def parse_text(text: str, name: str = "<text>") -> ParsedLog:
-    log = ParsedLog(source=name)
-    text = text.replace("\x00", "")
-    log.lines = split_lines(text)
-    log.record_ranks = _record_ranks(log.lines)
-    # Several nodes each print the Trainer's dicts (with their own throughput): read global rank 0's.
-    other_ranks = set(log.record_ranks[1:])
-    seen: set[tuple[Any, ...]] = set()
-    bw = Bandwidth()
-    bw_hosts: dict[int, str] = {}
+class _Reader:
+    """One pass over a log's lines: each kind of line has its rule (`_RULES`, in order; a rule returns whether it
+    took the line), and whatever repeats (several nodes print the same records) is kept once."""
 
-    def once(key: tuple[Any, ...]) -> bool:
-        if key in seen:
+    def __init__(self, log: ParsedLog) -> None:
+        self.log, self.seen, self.bw, self.bw_hosts = log, set(), Bandwidth(), {}
+        # Several nodes each print the Trainer's dicts (with their own throughput): read global rank 0's.
+        self.other_ranks = set(log.record_ranks[1:])
+
+    def once(self, key: tuple[Any, ...]) -> bool:
+        if key in self.seen:
             return False
-        seen.add(key)
+        self.seen.add(key)
         return True
 
-    for line in log.lines:
-        t = line.text
-        if line.rank in other_ranks and any(m in t for m in _RECORD_MARKERS):
-            continue
-        once_only = next(((marker, pattern, attr) for marker, pattern, attr in _ONCE_LINES if marker in t), None)
-        if once_only is not None:
-            m = once_only[1].search(t)
-            obj = json_obj(m.group(1)) if m else None
-            if obj is None:
-                log.bad_lines.append(line.lineno)
+    def other_rank(self, line: LogLine, t: str) -> bool:
+        return line.rank in self.other_ranks and any(m in t for m in _RECORD_MARKERS)
+
+    def once_line(self, line: LogLine, t: str) -> bool:
+        found = next(((pattern, attr) for marker, pattern, attr in _ONCE_LINES if marker in t), None)
+        if found is None:
+            return False
+        m = found[0].search(t)
+        obj = json_obj(m.group(1)) if m else None
+        if obj is None:
+            self.log.bad_lines.append(line.lineno)
+        else:
+            setattr(self.log, found[1], obj)
+        return True
+
+    def metrics(self, line: LogLine, t: str) -> bool:
+        m = _METRICS.search(t)
+        obj = json_obj(m.group(1)) if m else None
+        if obj is None:
+            self.log.bad_lines.append(line.lineno)
+        elif self.once(("metrics", json.dumps(obj, sort_keys=True, default=str))):
+            self.log.metrics.append(MetricRecord(str(obj.get("kind", "train")), obj, line.lineno))
+        return True
+
+    def rank_fact(self, line: LogLine, t: str) -> bool:
+        m = _RANKLINE.search(t)
+        if m and self.once(("rank", m.group(1), m.group(2), m.group(3))):
+            values: dict[str, Any] = {}
+            for k, v in _KV.findall(m.group(3)):
+                f = _to_float(v)
+                values[k] = f if f is not None else v
+            self.log.rank_facts.append(RankFact(int(m.group(1)), m.group(2), m.group(3), values, line.lineno))
+        return True
+
+    def step(self, line: LogLine, t: str) -> bool:
+        m = _STEP.search(t)
+        if m and self.once(("step", m.group(0))):
+            total = int(m.group(2)) if m.group(2) else None
+            self.log.steps.append(StepLine(int(m.group(1)), total, _step_values(m.group(3)), line.lineno))
+        return True
+
+    def trainer(self, line: LogLine, t: str) -> bool:
+        for m in _DICT.finditer(t):
+            values = parse_trainer_dict(m.group(0))
+            if values is not None and self.once(("trainer", tuple(sorted(values.items())))):
+                self.log.trainer.append(TrainerRecord(classify_trainer_dict(values), values, line.lineno))
+        return True
+
+    def nccl(self, line: LogLine, t: str) -> bool:
+        m = _NCCL_CHANNEL.search(t)
+        if m and self.once(("nccl", m.groups())):
+            self.bw.channels.append((int(m.group(1)), int(m.group(2)), m.group(3)))
+        m = _NCCL_NETWORK.search(t)
+        if m:
+            self.bw.network = m.group(1)
+        return True
+
+    def bandwidth_comment(self, line: LogLine, t: str) -> bool:
+        """The self-test's `#` lines (workshop.comm.bandwidth prints nccl-tests' shape)."""
+        bw = self.bw
+        if m := _BW_AVG.search(t):
+            bw.avg_busbw_GBps = _to_float(m.group(1))
+        elif m := _BW_GATE.search(t):
+            bw.gate_line_GBps = _to_float(m.group(1))
+        elif m := _BW_DEV.search(t):
+            self.bw_hosts[int(m.group(1))] = m.group(2)
+        elif m := _BW_HOSTS.search(t):
+            bw.n_nodes, bw.n_ranks = int(m.group(1)), int(m.group(2))
+        elif m := _BW_VERDICT.match(t.strip()):
+            if m.group(1) == "PASSED":
+                bw.passed = bw.passed if bw.passed is False else True
             else:
-                setattr(log, once_only[2], obj)
-            continue
-        if "WORKSHOP_METRICS" in t:
-            m = _METRICS.search(t)
-            obj = json_obj(m.group(1)) if m else None
-            if obj is None:
-                log.bad_lines.append(line.lineno)
-            elif once(("metrics", json.dumps(obj, sort_keys=True, default=str))):
-                log.metrics.append(MetricRecord(str(obj.get("kind", "train")), obj, line.lineno))
-            continue
-        if "[workshop rank" in t:
-            m = _RANKLINE.search(t)
-            if m and once(("rank", m.group(1), m.group(2), m.group(3))):
-                rest = m.group(3)
-                values: dict[str, Any] = {}
-                for k, v in _KV.findall(rest):
-                    f = _to_float(v)
-                    values[k] = f if f is not None else v
-                log.rank_facts.append(RankFact(int(m.group(1)), m.group(2), rest, values, line.lineno))
-            continue
-        if "[workshop] step" in t:
-            m = _STEP.search(t)
-            if m:
-                total = int(m.group(2)) if m.group(2) else None
-                if once(("step", m.group(0))):
-                    log.steps.append(StepLine(int(m.group(1)), total, _step_values(m.group(3)), line.lineno))
-            continue
-        if "{'" in t:
-            for m in _DICT.finditer(t):
-                values = parse_trainer_dict(m.group(0))
-                if values is None:
-                    continue
-                if once(("trainer", tuple(sorted(values.items())))):
-                    log.trainer.append(TrainerRecord(classify_trainer_dict(values), values, line.lineno))
-            continue
-        if "NCCL INFO" in t:
-            m = _NCCL_CHANNEL.search(t)
-            if m and once(("nccl", m.groups())):
-                bw.channels.append((int(m.group(1)), int(m.group(2)), m.group(3)))
-            m = _NCCL_NETWORK.search(t)
-            if m:
-                bw.network = m.group(1)
-            continue
-        if t.lstrip().startswith("#"):
-            m = _BW_AVG.search(t)
-            if m:
-                bw.avg_busbw_GBps = _to_float(m.group(1))
-                continue
-            m = _BW_GATE.search(t)
-            if m:
-                bw.gate_line_GBps = _to_float(m.group(1))
-                continue
-            m = _BW_DEV.search(t)
-            if m:
-                bw_hosts[int(m.group(1))] = m.group(2)
-                continue
-            m = _BW_HOSTS.search(t)
-            if m:
-                bw.n_nodes, bw.n_ranks = int(m.group(1)), int(m.group(2))
-                continue
-            m = _BW_VERDICT.match(t.strip())
-            if m:
-                if m.group(1) == "PASSED":
-                    bw.passed = bw.passed if bw.passed is False else True
-                else:
-                    bw.passed = False
-                    if m.group(2) and m.group(2) not in bw.failures:
-                        bw.failures.append(m.group(2))
-                continue
-            m = _BW_NGPUS.search(t)
-            if m:
-                bw.n_ranks = int(m.group(1)) * int(m.group(2))
-            continue
-        if t[:1].isspace() or t[:1].isdigit():
-            m = _BW_ROW.match(t)
-            if m:
-                row = _parse_bw_row(m)
-                if row is not None and once(("bw", row)):
-                    bw.rows.append(row)
-                continue
-        if "***" in t or "slurmstepd" in t or "srun:" in t:
-            ev = _slurm_event(line)
-            if ev is not None and once(("slurm", ev.kind, ev.job_id, ev.node, ev.reason, ev.text)):
-                log.slurm.append(ev)
-    if bw.rows or bw.avg_busbw_GBps is not None or bw.failures:
-        if bw_hosts:
-            bw.hosts = [bw_hosts[r] for r in sorted(bw_hosts)]
-            bw.n_ranks = max(bw.n_ranks or 0, len(bw_hosts))
-            bw.n_nodes = bw.n_nodes or len(set(bw.hosts))
-        log.bandwidth = bw
+                bw.passed = False
+                if m.group(2) and m.group(2) not in bw.failures:
+                    bw.failures.append(m.group(2))
+        elif m := _BW_NGPUS.search(t):
+            bw.n_ranks = int(m.group(1)) * int(m.group(2))
+        return True
+
+    def bandwidth_row(self, line: LogLine, t: str) -> bool:
+        m = _BW_ROW.match(t)
+        if not m:
+            return False     # not a row: a Slurm line may still start with a digit or a space
+        row = _parse_bw_row(m)
+        if row is not None and self.once(("bw", row)):
+            self.bw.rows.append(row)
+        return True
+
+    def slurm(self, line: LogLine, t: str) -> bool:
+        ev = _slurm_event(line)
+        if ev is not None and self.once(("slurm", ev.kind, ev.job_id, ev.node, ev.reason, ev.text)):
+            self.log.slurm.append(ev)
+        return True
+
+    def finish(self) -> None:
+        bw = self.bw
+        if bw.rows or bw.avg_busbw_GBps is not None or bw.failures:
+            if self.bw_hosts:
+                bw.hosts = [self.bw_hosts[r] for r in sorted(self.bw_hosts)]
+                bw.n_ranks = max(bw.n_ranks or 0, len(self.bw_hosts))
+                bw.n_nodes = bw.n_nodes or len(set(bw.hosts))
+            self.log.bandwidth = bw
+
+
+# (the line holds..., the rule that reads it), tried in order; the first rule that takes a line ends its reading
+_RULES: tuple[tuple[Callable[[str], bool], Callable[[_Reader, LogLine, str], bool]], ...] = (
+    (lambda t: True, _Reader.other_rank),
+    (lambda t: True, _Reader.once_line),
+    (lambda t: log_records.marker(log_records.METRICS) in t, _Reader.metrics),
+    (lambda t: "[workshop rank" in t, _Reader.rank_fact),
+    (lambda t: "[workshop] step" in t, _Reader.step),
+    (lambda t: "{'" in t, _Reader.trainer),
+    (lambda t: "NCCL INFO" in t, _Reader.nccl),
+    (lambda t: t.lstrip().startswith("#"), _Reader.bandwidth_comment),
+    (lambda t: t[:1].isspace() or t[:1].isdigit(), _Reader.bandwidth_row),
+    (lambda t: "***" in t or "slurmstepd" in t or "srun:" in t, _Reader.slurm),
+)
+
+
+def parse_text(text: str, name: str = "<text>") -> ParsedLog:
+    log = ParsedLog(source=name)
+    log.lines = split_lines(text.replace("\x00", ""))
+    log.record_ranks = _record_ranks(log.lines)
+    reader = _Reader(log)
+    for line in log.lines:
+        for holds, rule in _RULES:
+            if holds(line.text) and rule(reader, line, line.text):
+                break
+    reader.finish()
     log.missing = _missing(log)
     return log
 

@@ -65,7 +65,7 @@ Two peaks, for two instruments:
   the course's tables compare it with the measurement on CPU, where nothing else can be measured.
 - `gpu_peak`: `peak` + `ddp_buckets`: what the CUDA caching allocator holds at the peak
   (`torch.cuda.max_memory_allocated`, the `allocator_peak` of a GPU run). "Does it fit a GPU"
-  (largest_model_that_fits, workshop.course.explorer) asks this one.
+  (largest_model_that_fits, workshop.student.explorer) asks this one.
 1 MB here is 2**20 bytes, the unit the training script reports. Not included in either: the CUDA
 context (~0.5 GiB) and the caching allocator's slack (reserved minus allocated).
 """
@@ -617,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # The CUDA context (~0.5 GiB a process, workshop.training.gpus states its source), which the model leaves out:
-# the explorer and the bench take it off a GPU's memory before asking what fits (workshop.course.explorer's GPUS).
+# the explorer and the bench take it off a GPU's memory before asking what fits (workshop.student.explorer's GPUS).
 CUDA_CONTEXT = float(CUDA_CONTEXT_BYTES)
 MAX_MICRO_BATCH = 4096
 

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def _save(fig: Figure, path: str | Path | None) -> Figure:
+def save(fig: Figure, path: str | Path | None) -> Figure:
+    """Write the figure when a path is given and return it: the last step of every plot, here and in
+    workshop.comm.plots, so figures are saved alike."""
     if path is not None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120, bbox_inches="tight")
@@ -74,7 +76,7 @@ def loss_curves(runs: Iterable[RunLike], path: str | Path | None = None) -> Figu
     ax.grid(alpha=0.3)
     if ax.has_data():
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def memory_bars(labels: Sequence[str], predicted_mb: Sequence[float], measured_mb: Sequence[float],
@@ -94,7 +96,7 @@ def memory_bars(labels: Sequence[str], predicted_mb: Sequence[float], measured_m
     ax.set_title("Memory model vs measurement")
     ax.legend()
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 STACK = CATEGORIES
@@ -123,7 +125,7 @@ def memory_category_bars(table: "pd.DataFrame", path: str | Path | None = None) 
     ax.set_title("Memory model (hatched) vs measurement, by category; black: peak")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def scaling_plot(runs: Iterable[RunLike], path: str | Path | None = None, efficiency_labels: bool = True) -> Figure:
@@ -148,7 +150,7 @@ def scaling_plot(runs: Iterable[RunLike], path: str | Path | None = None, effici
     ax.set_ylabel("train samples/s")
     ax.set_title("Scaling at constant global batch" + (" (labels: efficiency)" if efficiency_labels else ""))
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save(fig, path)
 
 
 def bandwidth_plot(logs: Iterable[RunLike], path: str | Path | None = None) -> Figure:
@@ -169,4 +171,4 @@ def bandwidth_plot(logs: Iterable[RunLike], path: str | Path | None = None) -> F
     ax.grid(alpha=0.3, which="both")
     if ax.has_data():
         ax.legend(fontsize=8)
-    return _save(fig, path)
+    return save(fig, path)

@@ -10,7 +10,7 @@ Grading reads tables out of each student's own job logs; this checks each submit
   id, summary.json and metrics.jsonl, computed by the training job itself. Edited numbers in the
   files, or in the log's WORKSHOP_SUMMARY / WORKSHOP_METRICS lines, no longer match it;
 - the class as a whole: one job id, or one digest, in two submissions is one log handed in twice.
-  Except the instructor's jobs in instructor-run mode (`workshop.course.budget`): every student may hand in
+  Except the instructor's jobs in instructor-run mode (`workshop.site.budget`): every student may hand in
   the job the instructor ran for the class, as a link into the profile's `[course] instructor_jobs`
   folder or a copy the instructor's folder holds byte for byte. Its seal is checked like any other; on
   Slurm it must have run as the owner of the instructor's folder's job.json.
@@ -38,16 +38,17 @@ import datetime as dt
 import json
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from workshop.training import log_records
 from workshop.training.checkpoints import KEY_ENV, digest, read_metrics
 from workshop.results.logs import json_obj
 from workshop.results.root_seal import SEAL_ENV, root_seal_problems
 from workshop.slurm.profiles import ProfileError
+from workshop.slurm.slurm_backend import SlurmError, run
 
 TIME_TOLERANCE_S = 120.0     # log lines vs accounting: clock skew between nodes, accounting's second granularity
 LOCAL_SKEW_S = 5.0          # local jobs: submission and log share one clock (a pending job may start late)
@@ -105,12 +106,14 @@ def read_log(path: Path) -> LogFacts:
             facts.start = _time(line.split()[2])
         elif line.startswith("[job] end "):
             facts.end = _time(line.split()[2])
-        elif line.startswith("WORKSHOP_SUMMARY "):
-            facts.summary = json_obj(line.split(" ", 1)[1])
-        elif line.startswith("WORKSHOP_DIGEST "):
-            facts.digest = json_obj(line.split(" ", 1)[1])
-        elif line.startswith("WORKSHOP_METRICS ") and (record := json_obj(line.split(" ", 1)[1])) is not None:
-            facts.metrics.append(record)
+        elif (record := log_records.read(line)) is not None:
+            kind, text = record
+            if kind == log_records.SUMMARY:
+                facts.summary = json_obj(text)
+            elif kind == log_records.DIGEST:
+                facts.digest = json_obj(text)
+            elif kind == log_records.METRICS and (metrics := json_obj(text)) is not None:
+                facts.metrics.append(metrics)
     return facts
 
 
@@ -129,13 +132,13 @@ def sacct(job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
     if not ids:
         return {}
     fields = ["JobIDRaw", "User", "State", "NodeList", "Start", "End"]
-    proc = subprocess.run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids),
-                           "--format=" + ",".join(fields)], capture_output=True, text=True, timeout=60)
-    if proc.returncode != 0:
-        raise RuntimeError(f"sacct failed: {proc.stderr.strip()}. verify needs Slurm accounting (slurmdbd): run it "
-                           "on the cluster's login node")
+    try:
+        text = run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids), "--format=" + ",".join(fields)],
+                   timeout=60)
+    except SlurmError as e:
+        raise RuntimeError(f"{e}. verify needs Slurm accounting (slurmdbd): run it on the cluster's login node") from None
     out = {}
-    for line in proc.stdout.splitlines():
+    for line in text.splitlines():
         rec = dict(zip(fields, line.split("|")))
         out[rec["JobIDRaw"]] = rec
     return out
@@ -154,11 +157,9 @@ def hostnames(nodelist: str) -> set[str]:
     if os.environ.get("SLURM_CONF") and not os.path.isfile(os.environ["SLURM_CONF"]):
         return expand_hostlist(nodelist)
     try:
-        proc = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True,
-                              timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
+        return set(run(["scontrol", "show", "hostnames", nodelist], timeout=30).split())
+    except SlurmError:
         return expand_hostlist(nodelist)
-    return set(proc.stdout.split()) if proc.returncode == 0 else expand_hostlist(nodelist)
 
 
 def expand_hostlist(nodelist: str) -> set[str]:
@@ -432,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             raise OSError(f"no root seal folder {args.seal_dir}: give the folder the site's Epilog writes")
         verdicts = verify(root, read_user_map(args.user_map), key, args.profile,
                           Path(args.seal_dir) if args.seal_dir else None)
-    except (RuntimeError, OSError, subprocess.SubprocessError, ProfileError) as e:
+    except (RuntimeError, OSError, SlurmError, ProfileError) as e:
         print(f"workshop verify: {e}", file=sys.stderr)
         return 2
     if not verdicts:

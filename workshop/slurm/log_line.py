@@ -17,13 +17,15 @@ import re
 from pathlib import Path
 from typing import Callable
 
+from workshop.training import log_records
+
 WIDTH = 160        # characters of a line in a table cell
 
 # Lines written for programs (each pattern says whose): left out of "the last line"
 _NOISE = (
     re.compile(r"^(?:\[rank\d+\]:\s*)?(?:USDT|STAGE):\S*\s.*ActivityProfiler"),   # kineto's profiler notes
     re.compile(r"^(?:\[rank\d+\]:\s*)?\S*ActivityProfiler\w*\.cpp:\d+\]"),         # the same without a tag
-    re.compile(r"^(?:\d+:\s*)?WORKSHOP_[A-Z_]+ [\[{]"),          # the run's records: SUMMARY, DIGEST, METRICS...
+    log_records.ANY_RECORD,                                      # the run's records: SUMMARY, DIGEST, METRICS...
     re.compile(r"^(?:\d+:\s*)?\{'[a-z_]+': "),                   # transformers' Trainer log dicts
     re.compile(r"^\[job\] end "),                                # the script's end stamp: the state says it
     re.compile(r"^\[workshop rank \d+ host \S+\] params_local="),  # each rank's share, read back for the tables

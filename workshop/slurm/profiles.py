@@ -13,6 +13,7 @@ every other value is quoted when rendered.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -102,7 +103,7 @@ class Profile:
     min_busbw_GBps: float = 0.0                   # the gate: bus bandwidth at the largest message, GB/s
     bandwidth_max_bytes: str = ""
     bandwidth_exclusive: bool = True              # [bandwidth] exclusive: the gate asks whole nodes (--exclusive)
-    instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.course.budget)
+    instructor_jobs: str = ""                     # [course]: the instructor's shared job folder (workshop.site.budget)
     instructor_min_gpus: int = 8                  # [course]: jobs this large (or of 2+ nodes) are the instructor's
     nccl: Mapping[str, str] = field(default_factory=dict)   # [nccl]: NCCL_* and network-plugin variables, rendered
     nccl_plugin_path: str = ""                    # [nccl] plugin_path: the plugin's folder, first on LD_LIBRARY_PATH
@@ -188,6 +189,9 @@ def load_profile(name_or_path: str | Path | Profile | None = None) -> Profile:
                          digest=hashlib.sha256(text.encode()).hexdigest()[:12])
 
 
+_FIELD_TYPES = {"str": str, "int": int, "float": float, "bool": bool}
+
+
 def _take(data: dict[str, Any], key: str, typ: type, default: Any, source: str, where: str) -> Any:
     value = data.pop(key, default)
     if typ is float and isinstance(value, int) and not isinstance(value, bool):
@@ -204,53 +208,41 @@ def _no_leftovers(data: dict[str, Any], source: str, where: str, known: str) -> 
                            f"remove it, or use one of: {known}")
 
 
-def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = "") -> Profile:
-    """Validate a profile's TOML tables; every error names the field and what to write instead."""
-    data = dict(data)
-    kw: dict[str, Any] = {"name": _take(data, "name", str, name, source, ""), "source": source, "digest": digest}
-    kw["description"] = _take(data, "description", str, "", source, "")
-    kw["backend"] = _take(data, "backend", str, "slurm", source, "")
-    if kw["backend"] not in BACKENDS:
-        raise ProfileError(source, "backend", f"unknown backend {kw['backend']!r}", "use slurm or local")
+def _parse_partition(key: str, raw: Any, source: str) -> Partition:
+    """One [slurm.partitions.KEY] table: its fields are Partition's (the dataclass is the schema), then checked."""
+    where = f"slurm.partitions.{key}."
+    if not isinstance(raw, dict):
+        raise ProfileError(source, where[:-1], "must be a table", f"write [slurm.partitions.{key}]")
+    raw = dict(raw)
+    fields = [f for f in dataclasses.fields(Partition) if f.name != "key"]
+    p = Partition(key=key, **{f.name: _take(raw, f.name, _FIELD_TYPES[f.type], f.default, source, where)
+                              for f in fields})
+    _no_leftovers(raw, source, where, ", ".join(f.name for f in fields))
+    if p.nodes < 0 or (p.nodes and p.max_nodes > p.nodes):
+        raise ProfileError(source, where + "nodes", f"nodes = {p.nodes}, max_nodes = {p.max_nodes}: a job cannot "
+                           "have more nodes than the partition", "write the partition's node count "
+                           f"(`sinfo -h -p {p.name or '<partition>'} -o %D`), at least max_nodes")
+    _check_partition_fits(p, source, where)
+    if p.mem_per_proc and not _MEM.match(p.mem_per_proc):
+        raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc!r} is not a size",
+                           "write a whole number and a unit, e.g. \"40G\" or \"2048M\"")
+    if p.gpus_per_node < 0 or p.cpus_per_proc < 1:
+        raise ProfileError(source, where + "cpus_per_proc", "gpus_per_node must be >= 0 and cpus_per_proc >= 1",
+                           "count the GPUs and cores of one node of this partition")
+    if not re.fullmatch(r"[A-Za-z0-9_.,-]*", p.name + p.gpu_type):
+        raise ProfileError(source, where + "name", f"{p.name!r} / {p.gpu_type!r} has characters Slurm "
+                           "names never have", "use the names `sinfo -s` and `scontrol show node` print")
+    return p
 
+
+def _parse_slurm(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """[slurm]: the partitions, the defaults every job takes, per-step overrides and the watch's pace."""
+    kw: dict[str, Any] = {}
     slurm = dict(_take(data, "slurm", dict, {}, source, ""))
     parts_raw = dict(_take(slurm, "partitions", dict, {}, source, "slurm."))
     if not parts_raw:
         parts_raw = {"default": {}}
-    partitions: dict[str, Partition] = {}
-    for key, raw in parts_raw.items():
-        where = f"slurm.partitions.{key}."
-        if not isinstance(raw, dict):
-            raise ProfileError(source, where[:-1], "must be a table", f"write [slurm.partitions.{key}]")
-        raw = dict(raw)
-        p = Partition(key=key, name=_take(raw, "name", str, "", source, where),
-                      gpus_per_node=_take(raw, "gpus_per_node", int, 0, source, where),
-                      gpu_type=_take(raw, "gpu_type", str, "", source, where),
-                      gpu_name=_take(raw, "gpu_name", str, "", source, where),
-                      cpus_per_proc=_take(raw, "cpus_per_proc", int, 1, source, where),
-                      mem_per_proc=_take(raw, "mem_per_proc", str, "", source, where),
-                      max_nodes=_take(raw, "max_nodes", int, 0, source, where),
-                      mem_per_node=_take(raw, "mem_per_node", str, "", source, where),
-                      max_time=_take(raw, "max_time", str, "", source, where),
-                      nodes=_take(raw, "nodes", int, 0, source, where),
-                      gpu_mem=_take(raw, "gpu_mem", str, "", source, where))
-        _no_leftovers(raw, source, where, "name, gpus_per_node, gpu_type, gpu_name, cpus_per_proc, "
-                      "mem_per_proc, max_nodes, mem_per_node, max_time, nodes, gpu_mem")
-        if p.nodes < 0 or (p.nodes and p.max_nodes > p.nodes):
-            raise ProfileError(source, where + "nodes", f"nodes = {p.nodes}, max_nodes = {p.max_nodes}: a job cannot "
-                               "have more nodes than the partition", "write the partition's node count "
-                               f"(`sinfo -h -p {p.name or '<partition>'} -o %D`), at least max_nodes")
-        _check_partition_fits(p, source, where)
-        if p.mem_per_proc and not _MEM.match(p.mem_per_proc):
-            raise ProfileError(source, where + "mem_per_proc", f"{p.mem_per_proc!r} is not a size",
-                               "write a whole number and a unit, e.g. \"40G\" or \"2048M\"")
-        if p.gpus_per_node < 0 or p.cpus_per_proc < 1:
-            raise ProfileError(source, where + "cpus_per_proc", "gpus_per_node must be >= 0 and cpus_per_proc >= 1",
-                               "count the GPUs and cores of one node of this partition")
-        if not re.fullmatch(r"[A-Za-z0-9_.,-]*", p.name + p.gpu_type):
-            raise ProfileError(source, where + "name", f"{p.name!r} / {p.gpu_type!r} has characters Slurm "
-                               "names never have", "use the names `sinfo -s` and `scontrol show node` print")
-        partitions[key] = p
+    partitions = {key: _parse_partition(key, raw, source) for key, raw in parts_raw.items()}
     kw["partitions"] = partitions
     kw["partition"] = _take(slurm, "partition", str, next(iter(partitions)), source, "slurm.")
     for k in ("account", "reservation", "constraint", "qos"):
@@ -301,6 +293,12 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
         step_slurm[step] = {k: v for k, v in entry.items() if v}
     kw["step_slurm"] = step_slurm
 
+    return kw
+
+
+def _parse_env(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """[env]: what a job's script sets up before the training command."""
+    kw: dict[str, Any] = {}
     env = dict(_take(data, "env", dict, {}, source, ""))
     setup = _take(env, "setup", list, [], source, "env.")
     if not all(isinstance(s, str) and "\n" not in s for s in setup):
@@ -334,6 +332,12 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["env"] = {k: str(v) for k, v in variables.items()}
     _no_leftovers(env, source, "env.", "setup, python_env, hf_home, scratch, wandb_mode, variables")
 
+    return kw
+
+
+def _parse_bandwidth(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """[bandwidth]: the gate a multi-node job passes first."""
+    kw: dict[str, Any] = {}
     bw = dict(_take(data, "bandwidth", dict, {}, source, ""))
     if "min_busbw_gbps" in bw:
         raise ProfileError(source, "bandwidth.min_busbw_gbps", "was renamed: the unit is gigabytes per second "
@@ -343,6 +347,12 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     kw["bandwidth_exclusive"] = _take(bw, "exclusive", bool, True, source, "bandwidth.")
     _no_leftovers(bw, source, "bandwidth.", "min_busbw_GBps, max_bytes, exclusive")
 
+    return kw
+
+
+def _parse_nccl_and_ood(data: dict[str, Any], partitions: dict[str, Partition], source: str) -> dict[str, Any]:
+    """[nccl] (site-wide and per partition) and [ood]."""
+    kw: dict[str, Any] = {}
     nccl = dict(_take(data, "nccl", dict, {}, source, ""))
     per_partition = dict(_take(nccl, "partitions", dict, {}, source, "nccl."))
     kw.update(_parse_nccl(nccl, source))
@@ -354,6 +364,12 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
         kw["nccl_partitions"][key] = _parse_nccl(dict(raw), source, f"nccl.partitions.{key}.")
     kw.update(_parse_ood(dict(_take(data, "ood", dict, {}, source, "")), partitions, source))
 
+    return kw
+
+
+def _parse_course(data: dict[str, Any], partitions: dict[str, Partition], source: str) -> dict[str, Any]:
+    """[course] (instructor-run mode), [agenda] (the day) and [run] (config defaults, per step)."""
+    kw: dict[str, Any] = {}
     course = dict(_take(data, "course", dict, {}, source, ""))
     kw["instructor_jobs"] = _take(course, "instructor_jobs", str, "", source, "course.")
     kw["instructor_min_gpus"] = _take(course, "instructor_min_gpus", int, 8, source, "course.")
@@ -371,6 +387,22 @@ def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = ""
     run_steps = {k: run.pop(k) for k in [k for k, v in run.items() if isinstance(v, dict)]}
     kw["run"] = _coerce_run(run, source, "run.")
     kw["run_steps"] = {step: _coerce_run(dict(v), source, f"run.{step}.") for step, v in run_steps.items()}
+    return kw
+
+
+def parse_profile(data: dict[str, Any], source: str, name: str, digest: str = "") -> Profile:
+    """Validate a profile's TOML tables; every error names the field and what to write instead."""
+    data = dict(data)
+    kw: dict[str, Any] = {"name": _take(data, "name", str, name, source, ""), "source": source, "digest": digest}
+    kw["description"] = _take(data, "description", str, "", source, "")
+    kw["backend"] = _take(data, "backend", str, "slurm", source, "")
+    if kw["backend"] not in BACKENDS:
+        raise ProfileError(source, "backend", f"unknown backend {kw['backend']!r}", "use slurm or local")
+    kw.update(_parse_slurm(data, source))
+    kw.update(_parse_env(data, source))
+    kw.update(_parse_bandwidth(data, source))
+    kw.update(_parse_nccl_and_ood(data, kw["partitions"], source))
+    kw.update(_parse_course(data, kw["partitions"], source))
     _no_leftovers(data, source, "", "name, description, backend, [slurm], [env], [nccl], [ood], [bandwidth], "
                   "[course], [agenda], [run]")
     profile = Profile(**kw)
@@ -448,7 +480,7 @@ def _parse_background(value: Any, partitions: Mapping[str, Partition], source: s
 
 def _parse_agenda(agenda: dict[str, Any], source: str) -> dict[str, int]:
     """[agenda]: the minutes the day gives each notebook (`01_baseline = 45`); the schedule
-    (workshop.course.schedule) warns when the class's jobs of a notebook take longer than its slot."""
+    (workshop.site.schedule) warns when the class's jobs of a notebook take longer than its slot."""
     out = {}
     for key, value in agenda.items():
         if not re.fullmatch(r"\d\d_\w+", key) or not isinstance(value, int) or isinstance(value, bool) or value <= 0:

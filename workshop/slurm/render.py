@@ -129,7 +129,7 @@ def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -
         return " ".join(["-m workshop.slurm.node_check --config", shlex.quote(str(config_path)),
                          *(f"--folder {shlex.quote(f'{k}={v}')}" for k, v in folders.items() if v)])
     if get_step(step).program == "bandwidth":
-        args = ["-m", "workshop.results.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
+        args = ["-m", "workshop.comm.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
             args += ["-e", profile.bandwidth_max_bytes]
         return " ".join(shlex.quote(a) for a in args)

@@ -1,7 +1,7 @@
 """Instructor-run mode: a student's costly job stands for the instructor's run of the very same job.
 
 The costly jobs (at least `[course] instructor_min_gpus` GPUs, 2+ nodes, or a step of `instructor_steps`) run once, by the instructor
-(`python -m workshop.course.budget --instructor-run`), into the profile's `[course] instructor_jobs` folder. A
+(`workshop budget --profile <site> --instructor-run`), into the profile's `[course] instructor_jobs` folder. A
 student's submission of the same job (same step, config and profile: the same job folder name) links that
 folder into the student's jobs/ instead of queueing a copy. The job API links it; grading recognises it.
 """
@@ -44,7 +44,7 @@ def shared_job(profile: Profile, cfg: RunConfig, jobs_root: Path, folder_name: s
     if not (shared / "job.json").is_file():
         raise ConfigError("instructor_jobs", f"this job ({cfg.nodes} node(s) x {cfg.procs_per_node} GPUs) is run by the "
                           f"instructor for the class, and {str(shared)!r} does not hold it yet",
-                          "ask your instructor to run `python -m workshop.course.budget --instructor-run` for this "
+                          "ask your instructor to run `workshop budget --profile <site> --instructor-run` for this "
                           "profile, then run the cell again")
     return shared
 

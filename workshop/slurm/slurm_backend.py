@@ -82,19 +82,23 @@ def site_path(env: Mapping[str, str]) -> str:
     return os.pathsep.join(dict.fromkeys(e for e in entries if e))
 
 
-def run(cmd: list[str], cwd: str | None = None) -> str:
+def run(cmd: list[str], cwd: str | None = None, *, env: Mapping[str, str] | None = None,
+        timeout: float = COMMAND_TIMEOUT, check: bool = True) -> str:
+    """Every Slurm client call of the package (tests/test_slurm_calls.py holds it): the surrounding job's
+    options scrubbed from `env` (default: this process's), so a call from inside a job acts as from a login
+    node. `check=False` returns the output of a failed command instead of raising."""
     # found on the session's PATH (a site's setup may have put Slurm's client there), run with the site's
     argv = [shutil.which(cmd[0]) or cmd[0], *cmd[1:]]
     try:
-        proc = subprocess.run(argv, cwd=cwd, env=scrubbed_env(), capture_output=True, text=True,
-                              timeout=COMMAND_TIMEOUT, check=False)
+        proc = subprocess.run(argv, cwd=cwd, env=scrubbed_env(env), capture_output=True, text=True,
+                              timeout=timeout, check=False)
     except FileNotFoundError:
         raise SlurmError(f"{cmd[0]} is not on PATH: this machine has no Slurm client. Use profile='local', "
                          "or run on the cluster's login node") from None
     except subprocess.TimeoutExpired:
-        raise SlurmError(f"{' '.join(cmd)} did not answer in {COMMAND_TIMEOUT:.0f} s: is slurmctld up? "
+        raise SlurmError(f"{' '.join(cmd)} did not answer in {timeout:.0f} s: is slurmctld up? "
                          "(`scontrol ping`)") from None
-    if proc.returncode != 0:
+    if proc.returncode != 0 and check:
         raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from workshop.training.metrics import StepCounter, _all_gather
+from workshop.training.metrics import StepCounter, all_gather
 
 
 class GlobalBatchProbe(TrainerCallback):
@@ -30,6 +30,6 @@ class GlobalBatchProbe(TrainerCallback):
     def gathered(self) -> dict[str, Any]:
         """Summary fields (every rank must call it: it gathers): the largest step's global batch (only
         an epoch's last step can be smaller) and all samples trained, summed over ranks."""
-        per_rank = _all_gather(self.per_step)
+        per_rank = all_gather(self.per_step)
         steps = [sum(samples) for samples in zip(*per_rank)]
         return {"global_batch_measured": max(steps) if steps else None, "samples_trained": sum(steps)}

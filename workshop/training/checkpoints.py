@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workshop.training.run_record import say
+from workshop.training import log_records
 
 KEY_ENV = "WORKSHOP_DIGEST_KEY"
 
@@ -76,5 +76,5 @@ def seal(out: Path) -> dict[str, Any]:
     sealed = digest(os.environ.get("SLURM_JOB_ID", ""), summary, read_metrics(out / "metrics.jsonl"),
                     os.environ.get(KEY_ENV) or None)
     (out / "digest.json").write_text(json.dumps(sealed, indent=1) + "\n")
-    say("WORKSHOP_DIGEST " + json.dumps(sealed))
+    log_records.write(log_records.DIGEST, sealed)
     return sealed

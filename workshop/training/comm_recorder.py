@@ -37,7 +37,7 @@ from transformers import TrainerCallback
 
 from workshop.training import comm_trace, torch_private
 from workshop.training.counted_steps import INSTRUMENTED_STEPS
-from workshop.training.metrics import StepCounter, _all_gather
+from workshop.training.metrics import StepCounter, all_gather
 
 FLIGHT_RECORDER_ENV = "TORCH_FR_BUFFER_SIZE"
 FLIGHT_RECORDER_ENTRIES = "4096"  # collectives kept (a ring buffer); BLOOM-560M's step issues ~80 per micro-batch
@@ -183,7 +183,7 @@ class CommRecorder(TrainerCallback):
             return
         self._armed = False
         local, events = self._read_own_step()
-        gathered = _all_gather(local)  # every rank calls these two, whatever happened on it
+        gathered = all_gather(local)  # every rank calls these two, whatever happened on it
         all_events = _gather_to_main(events)
         self.result = gathered
         if self.is_main and all(r.get("records") is not None for r in gathered):

@@ -501,9 +501,6 @@ def public(record: dict[str, Any]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------- the cut trace
 
-TIMELINE_CATEGORIES = ("user_annotation", "kernel", "gpu_memcpy", "gpu_memset")
-
-
 def cut(trace: dict[str, Any] | Step, records: list[dict[str, Any]], rank: int, host: str) -> list[dict[str, Any]]:
     """The events a one-step timeline needs, this rank's process as `pid` = rank and the wall-clock
     nanoseconds of their start as `ts_ns` (`merge` turns them into the trace's `ts`):

@@ -184,6 +184,16 @@ class RunConfig:
     # ------------------------------------------------------------------ validation
     def validate(self) -> "RunConfig":
         """Raise ConfigError for the first value that cannot run; return self when all is well."""
+        self._check_numbers()
+        self._check_choices()
+        self._follow_native_fsdp()
+        self._check_wrap_function()
+        self._check_layout()
+        self._check_global_batch()
+        return self
+
+    def _check_numbers(self) -> None:
+        """Counts, sizes and rates in their ranges."""
         positive = {
             "train_size": "a number of examples, e.g. 48",
             "eval_size": "a number of examples, e.g. 15",
@@ -211,6 +221,9 @@ class RunConfig:
             raise ConfigError("learning_rate", f"must be > 0, got {self.learning_rate}", "try 5e-5 to 5e-4")
         if self.weight_decay < 0:
             raise ConfigError("weight_decay", f"must be >= 0, got {self.weight_decay}", "use 0.0 or 0.01")
+
+    def _check_choices(self) -> None:
+        """Each named setting one of its known values."""
         _choice("precision", self.precision, PRECISIONS)
         _choice("wandb", self.wandb, WANDB_MODES)
         _choice("device", self.device, DEVICES)
@@ -225,8 +238,9 @@ class RunConfig:
             raise ConfigError("sharding", f"unknown strategy {self.sharding!r}",
                               f"choose one of {', '.join(SHARDINGS)} (FSDP1 names such as FULL_SHARD "
                               "are accepted in any case; NO_SHARD is ddp)")
-        self._follow_native_fsdp()
-        self._check_wrap_function()
+
+    def _check_layout(self) -> None:
+        """The processes, sharding and rendezvous: a layout that can start."""
         if not self.model:
             raise ConfigError("model", "is empty", "use tiny, bloom-560m-random or bloom-560m")
         if not self.output_dir:
@@ -261,6 +275,10 @@ class RunConfig:
                     f"{world} processes (nodes={self.nodes} x procs_per_node={self.procs_per_node})",
                     "use a world size that is a multiple of hybrid_replicas with at least 2 processes per "
                     "shard group (e.g. 2 replicas x 2 = 4 processes), or sharding=full_shard")
+
+    def _check_global_batch(self) -> None:
+        """global_batch, when set, divides into micro-batches x processes and owns grad_acc."""
+        world = self.world_size
         if self.global_batch < 0:
             raise ConfigError("global_batch", f"must be >= 0, got {self.global_batch}", "0 disables it")
         if self.global_batch > 0 and self.grad_acc not in (1, self.global_batch // (self.batch_size * world)):
@@ -274,7 +292,6 @@ class RunConfig:
                     "global_batch", f"{self.global_batch} is not a multiple of batch_size x world_size = "
                     f"{self.batch_size} x {world} = {per_step}",
                     f"choose a global_batch that is a multiple of {per_step}, or change batch_size")
-        return self
 
     def _follow_native_fsdp(self) -> None:
         """With Hugging Face's fsdp/fsdp_config, the course's own fields follow from them (one request,

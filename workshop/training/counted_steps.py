@@ -1,6 +1,6 @@
 """Which optimizer steps the summary's throughput counts (workshop.training.throughput times them).
 
-Step arithmetic only, no torch import: the class budget (workshop.course.budget) counts a site's steps
+Step arithmetic only, no torch import: the class budget (workshop.site.budget) counts a site's steps
 with the very rules a run applies. At run time every left-out step goes through the one place,
 `workshop.training.metrics.StepCounter.leave_out_of_throughput` (the window's warm-up, the tracker's step,
 the recorded communication step); these functions predict what a fresh run of at least 3 steps leaves

@@ -118,7 +118,7 @@ def network_seconds(strategy: str, nodes: int, gpus_per_node: int, psi_gb: float
     overlaps. That rate is what a two-node all-reduce's bus bandwidth measures (nccl-tests' busbw: the
     bytes each rank of the ring sends, per second): NCCL lays one ring per card, and the GPUs of a node
     take turns on the node's cards, so the ring hops that leave a node share them, never one link per GPU.
-    So the time is the bytes one node sends to the others (`workshop.results.traffic`'s plain rule) over
+    So the time is the bytes one node sends to the others (`workshop.comm.traffic`'s plain rule) over
     that rate: `full_shard`, three rings over every rank, each leaving a node by one hop with
     (N - 1)/N x `psi_gb`; `hybrid_shard` on [nodes, gpus_per_node], every GPU all-reducing its
     1/gpus_per_node shard with one rank per node, so the node sends 2 (nodes - 1)/nodes x `psi_gb` in all."""

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
+from workshop.training import log_records
 from workshop.training.run_record import say
 
 # Dense (no structured sparsity) peak TFLOP/s by the name torch.cuda.get_device_name() reports, most
@@ -164,7 +165,9 @@ def _all_reduce_sum(values: list[float]) -> list[float]:
     return t.cpu().tolist()
 
 
-def _all_gather(value: Any) -> list[Any]:
+def all_gather(value: Any) -> list[Any]:
+    """`value` from every rank, in rank order (one process: `[value]`): the callbacks that report per-rank
+    figures (memory, the batch probe, the recorded collectives) all gather the same way."""
     if not (dist.is_available() and dist.is_initialized()):
         return [value]
     out: list[Any] = [None] * dist.get_world_size()
@@ -212,7 +215,7 @@ class MetricsCallback(TrainerCallback):
             return
         with self.path.open("a") as f:
             f.write(json.dumps(record) + "\n")
-        say("WORKSHOP_METRICS " + json.dumps(record))
+        log_records.write(log_records.METRICS, record)
 
     def on_log(self, args, state, control, logs=None, **kwargs):  # noqa: ANN001
         logs = logs or {}
@@ -223,9 +226,9 @@ class MetricsCallback(TrainerCallback):
             samples, tokens = _all_reduce_sum([self.counter.samples, self.counter.tokens])
             self.counter.samples = self.counter.tokens = 0
             used, reserved, kind = peak_memory_mb(self.device, self.tensor_memory)
-            per_rank = _all_gather(round(used, 1) if used is not None else None)
-            rss = max(_all_gather(round(peak_rss_mb(), 1)))
-            reserved_all = _all_gather(reserved)
+            per_rank = all_gather(round(used, 1) if used is not None else None)
+            rss = max(all_gather(round(peak_rss_mb(), 1)))
+            reserved_all = all_gather(reserved)
             seq = tokens / samples if samples else 0.0
             tok_s = tokens / elapsed if elapsed > 0 else 0.0
             tflops = tok_s * self.flops_per_token(seq) / 1e12

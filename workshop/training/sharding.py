@@ -140,7 +140,9 @@ def checkpointing_applied(model: torch.nn.Module) -> bool:
             or bool(getattr(model, "is_activation_checkpointing", False)))
 
 
-def _fsdp_param_groups(model: torch.nn.Module) -> list[Any]:
+def fsdp_param_groups(model: torch.nn.Module) -> list[Any]:
+    """Each FSDP parameter group of the wrapped model once, in module order: what the wrapping reads back
+    (and what a student's own `fully_shard` function is checked by, workshop.training.wrap_function)."""
     from torch.distributed.fsdp import FSDPModule
 
     groups, seen = [], set()
@@ -211,7 +213,7 @@ def describe_applied(model: torch.nn.Module, wrapped: torch.nn.Module | None = N
         info["wrapped_classes"] = sorted({_original_class(block[0]) for block in wrapped_blocks})
         info["other_units"] = sorted({_original_class(m) for name, m in units if name and id(m) not in blocks})
         try:
-            groups = _fsdp_param_groups(model)
+            groups = fsdp_param_groups(model)
         except torch_private.NotOnThisTorch as e:  # the read-back needs FSDP2's private state: say so, train on
             info["not_measured"] = torch_private.not_measured("the applied FSDP strategy (read back)", e)
             info["sharding_applied"] = None

@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, MutableMapping
 
@@ -24,7 +25,7 @@ from workshop.training.checkpoints import latest_checkpoint, records_until, seal
 from workshop.training.accelerate_yaml import follow_launch, launched_with
 from workshop.training.config import (ConfigError, RunConfig, add_config_arguments, config_from_args, read_file,
                                       written_fields)
-from workshop.training.run_record import say
+from workshop.training import log_records
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -273,7 +274,43 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         gc.enable()
 
 
-def _run(cfg: RunConfig) -> dict[str, Any]:
+@dataclass
+class _Parts:
+    """The Trainer's callbacks, each kept for what it reports after training."""
+
+    callback: Any
+    tensor_mem: Any
+    comm: Any
+    stopper: Any
+    window: Any
+    batch_probe: Any
+
+
+@dataclass
+class _Trained:
+    """What a finished training leaves for its summary, under the names `_run` gave them."""
+
+    cfg: RunConfig
+    world: int
+    hosts: list[str]
+    device: Any
+    is_main: bool
+    n_params: int
+    train_ds: Any
+    model: Any
+    trainer: Any
+    parts: _Parts
+    applied: dict[str, Any]
+    result: Any
+    resume_from: Any
+    evals: list[dict[str, Any]]
+    before: dict[str, Any]
+    after: dict[str, Any]
+    train_runtime: float
+
+
+def _prepare(cfg: RunConfig) -> tuple[Callable[[], bool], int, int, Any, Path, Any]:
+    """Before torch: the stop signal, the launch checked, the device, the output folder, the checkpoint to resume."""
     stop_requested = listen_for_stop()
     skip_datasets_unless_needed(cfg)
     stand_in_for_torchrun(cfg)
@@ -290,61 +327,58 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
                           "resume from",
                           "run without resume, and save checkpoints next time (checkpoint_every=N, or a site "
                           "profile with signal_lead_s so Slurm warns the job before its time limit)")
+    return stop_requested, rank, world, device, out, resume_from
 
-    if cfg.comm_record:
-        from workshop.training.comm_recorder import enable_flight_recorder
 
-        enable_flight_recorder()  # before the process group exists: it reads the switch when a group is made
+def _start_records(cfg: RunConfig, out: Path, prior: list[dict[str, Any]], resume_from: Any, hosts: list[str],
+                   world: int, device: Any) -> None:
+    """Rank 0: metrics.jsonl cut back to the resumed step, run_args.json and its log line, the run's first line."""
+    from workshop.training import run_record
 
-    import torch
-    import torch.distributed as dist
-    from transformers.utils import logging as hf_logging
+    tmp = out / "metrics.jsonl.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in prior))
+    tmp.replace(out / "metrics.jsonl")
+    record = run_record.run_args(cfg)
+    if resume_from:
+        record["resumed_from"] = {"checkpoint": resume_from[0].name, "step": resume_from[1]}
+    run_record.write_json(out / "run_args.json", record)
+    log_records.write(log_records.RUN_ARGS, record, default=str)
+    print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
+          f"device {device.type}, precision {cfg.precision}, model {cfg.model}", flush=True)
 
-    from workshop.training import data, evaluation, models, run_record, scaler, sharding, wrap_function
-    from workshop.training.batch_probe import GlobalBatchProbe
-    from workshop.training.comm_recorder import CommRecorder
-    from workshop.training.metrics import MetricsCallback, StepCounter, _all_gather
-    from workshop.training.tensor_memory import TensorMemoryCallback
-    from workshop.training.throughput import ThroughputWindow
-    from workshop.training.trainer import CheckpointOnSignal, CourseTrainer, stop_check_every
-    from workshop.training import torch_private
 
-    hf_logging.set_verbosity_warning()
-    is_main = rank == 0
-    init_process_group(cfg, device)
-    args = training_arguments(cfg, device, world)
-    hosts = _all_gather(run_record.node_name())
-    prior = records_until(out / "metrics.jsonl", resume_from[1]) if resume_from else []
-    if is_main:
-        tmp = out / "metrics.jsonl.tmp"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in prior))
-        tmp.replace(out / "metrics.jsonl")
-        record = run_record.run_args(cfg)
-        if resume_from:
-            record["resumed_from"] = {"checkpoint": resume_from[0].name, "step": resume_from[1]}
-        run_record.write_json(out / "run_args.json", record)
-        say("WORKSHOP_RUN_ARGS " + json.dumps(record, default=str))
-        print(f"[workshop] {cfg.sharding} on {world} process(es), {cfg.nodes} node(s) {sorted(set(hosts))}, "
-              f"device {device.type}, precision {cfg.precision}, model {cfg.model}", flush=True)
+def _model_and_data(cfg: RunConfig) -> tuple[Any, Any, list[Any], Any, Any]:
+    """The tokenizer, the model (its block classes checked against the config) and the encoded examples."""
+    from workshop.training import data, models, sharding
 
     tok = models.load_tokenizer(cfg.model)
     model = models.build_model(cfg.model, tok, cfg.seed)
-    n_params = models.count_parameters(model)
     sharding.check_block_classes(cfg, model)
     train_ex = data.load_examples(cfg.dataset, "train", cfg.train_size)
     eval_ex = data.load_examples(cfg.dataset, cfg.eval_split, cfg.eval_size)
-    train_ds = data.EncodedDataset(tok, train_ex, cfg.max_length)
-    eval_ds = data.EncodedDataset(tok, eval_ex, cfg.max_length)
+    return tok, model, eval_ex, data.EncodedDataset(tok, train_ex, cfg.max_length), \
+        data.EncodedDataset(tok, eval_ex, cfg.max_length)
 
-    synced = world > 1
-    before: dict[str, Any] = {}
-    if cfg.eval_generate:
-        model.to(device)
-        before = evaluation.em_f1(model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device, synced=False)
 
-    if cfg.wrap_function:
-        model = wrap_function.apply(cfg, model)    # the student's own fully_shard calls, from the job's copy
-    counter = StepCounter()
+def _final_evals(trainer: Any, callback: Any) -> list[dict[str, Any]]:
+    """The run's eval records, ending with one at the last step (evaluated now when the schedule left none there)."""
+    evals = [r for r in callback.records if r["kind"] == "eval"]
+    if not evals or evals[-1]["step"] != trainer.state.global_step:
+        trainer.evaluate()
+        evals = [r for r in callback.records if r["kind"] == "eval"]
+    return evals
+
+
+def _callbacks(cfg: RunConfig, out: Path, device: Any, is_main: bool, prior: list[dict[str, Any]], n_params: int,
+               model: Any, counter: Any, hosts: list[str], rank: int, stop_requested: Callable[[], bool]) -> _Parts:
+    """The Trainer's callbacks, in the order their hooks must run."""
+    from workshop.training.batch_probe import GlobalBatchProbe
+    from workshop.training.comm_recorder import CommRecorder
+    from workshop.training.metrics import MetricsCallback
+    from workshop.training.tensor_memory import TensorMemoryCallback
+    from workshop.training.throughput import ThroughputWindow
+    from workshop.training.trainer import CheckpointOnSignal, stop_check_every
+
     callback = MetricsCallback(out, counter, device, cfg.precision, n_params, model.config.n_layer,
                                model.config.hidden_size, is_main)
     callback.records.extend(prior)
@@ -357,36 +391,25 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
     stopper = CheckpointOnSignal(is_main, stop_requested, every=stop_check_every(device))
     callback.window = window = ThroughputWindow(counter, device)   # after `stopper`: a save ends its segment
     batch_probe = GlobalBatchProbe(counter)
-    trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
-                            data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
-                            callbacks=[comm, tensor_mem, callback, stopper, window, batch_probe], counter=counter,
-                            loss=cfg.loss)
-    applied: dict[str, Any] = {}
+    return _Parts(callback, tensor_mem, comm, stopper, window, batch_probe)
 
-    def verify_wrapping() -> None:
-        applied.update(sharding.describe_applied(trainer.model, trainer.model_wrapped))
-        sharding.check_applied(cfg, applied)
 
-    callback.on_train_begin_hooks.append(verify_wrapping)
-    gc.freeze()
-    gc.enable()
-    started = time.perf_counter()
-    result = trainer.train(resume_from_checkpoint=str(resume_from[0]) if resume_from else None)
-    train_runtime = time.perf_counter() - started
-    if stopper.stopped_at is not None:
-        return stopped_early(out, stopper.stopped_at, is_main, cfg.checkpoint_root)
-    evals = [r for r in callback.records if r["kind"] == "eval"]
-    if not evals or evals[-1]["step"] != trainer.state.global_step:
-        trainer.evaluate()
-        evals = [r for r in callback.records if r["kind"] == "eval"]
+def build_summary(t: _Trained) -> dict[str, Any]:
+    """summary.json (docs/design.md): every rank gathers its figures, in the same order on each."""
+    import torch
+    import torch.distributed as dist
 
-    after: dict[str, Any] = {}
-    if cfg.eval_generate:
-        after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
-                                 synced=synced)
-    params_local = _all_gather(applied.get("params_local"))
-    local_shapes = _all_gather(applied.get("local_shapes"))
-    stored_shapes = _all_gather(applied.get("stored_shapes"))
+    from workshop.training import scaler, torch_private
+    from workshop.training.metrics import all_gather
+
+    cfg, world, hosts, device, is_main, n_params = t.cfg, t.world, t.hosts, t.device, t.is_main, t.n_params
+    applied, result, resume_from, evals, before, after = t.applied, t.result, t.resume_from, t.evals, t.before, t.after
+    trainer, train_ds, model, train_runtime = t.trainer, t.train_ds, t.model, t.train_runtime
+    callback, tensor_mem, comm = t.parts.callback, t.parts.tensor_mem, t.parts.comm
+    window, batch_probe = t.parts.window, t.parts.batch_probe
+    params_local = all_gather(applied.get("params_local"))
+    local_shapes = all_gather(applied.get("local_shapes"))
+    stored_shapes = all_gather(applied.get("stored_shapes"))
     batch_figures = batch_probe.gathered()
     if is_main:
         # one writer: lines from several ranks into one pipe can splice into rank 0's long lines
@@ -394,7 +417,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
             print(f"[workshop rank {r} host {host}] params_local={local} of {n_params} ({applied.get('wrapper')})",
                   flush=True)
     trains = [r for r in callback.records if r["kind"] == "train"]
-    throughput = window.figures(_all_gather, callback.flops_per_token, callback.peak)
+    throughput = window.figures(all_gather, callback.flops_per_token, callback.peak)
     peaks = [r["peak_mem_mb_per_rank"] for r in trains]
     per_rank = [max((v for v in col if v is not None), default=None) for col in zip(*peaks)]
     utils = [r["gpu_util_pct"] for r in trains if r["gpu_util_pct"] is not None]
@@ -421,7 +444,7 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         "peak_mem_mb": max((v for v in per_rank if v is not None), default=None), "peak_mem_mb_per_rank": per_rank,
         "mem_kind": trains[-1]["mem_kind"] if trains else None,
         "rss_mb": max((r.get("rss_mb") or 0) for r in trains) if trains else None,
-        "tensor_mem_mb_per_rank": _all_gather(tensor_mem.measured),
+        "tensor_mem_mb_per_rank": all_gather(tensor_mem.measured),
         "tensor_mem_overhead_pct": tensor_mem.overhead_pct(train_runtime),
         "memory_snapshot": tensor_mem.snapshot_summary(),
         "peak_reserved_mb": max((r["peak_reserved_mb"] or 0) for r in trains) if device.type == "cuda" else None,
@@ -440,16 +463,84 @@ def _run(cfg: RunConfig) -> dict[str, Any]:
         # which loss ran (workshop.training.loss), and the positions one micro-batch of the tensor-memory
         # step projected onto the vocabulary on each rank (the memory model's logits rows)
         "loss": cfg.loss,
-        "logits_positions_per_rank": _all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
-        "answer_positions_per_rank": _all_gather(trainer.answer_positions.get(tensor_mem.measure_step)),
+        "logits_positions_per_rank": all_gather(trainer.logits_positions.get(tensor_mem.measure_step)),
+        "answer_positions_per_rank": all_gather(trainer.answer_positions.get(tensor_mem.measure_step)),
         # the largest logits tensor lm_head built in that step, MB (LogitsMeter: its output's bytes)
-        "logits_mb_per_rank": _all_gather(round(trainer.logits_bytes.get(tensor_mem.measure_step, 0) / 2**20, 4)),
+        "logits_mb_per_rank": all_gather(round(trainer.logits_bytes.get(tensor_mem.measure_step, 0) / 2**20, 4)),
     }
     summary.update(applied_fsdp_fields(cfg, applied, local_shapes, model.config, stored_shapes), **batch_figures,
                    launcher=launched_with(os.environ))
+    return summary
+
+
+def _run(cfg: RunConfig) -> dict[str, Any]:
+    stop_requested, rank, world, device, out, resume_from = _prepare(cfg)
+
+    if cfg.comm_record:
+        from workshop.training.comm_recorder import enable_flight_recorder
+
+        enable_flight_recorder()  # before the process group exists: it reads the switch when a group is made
+
+    import torch.distributed as dist
+    from transformers.utils import logging as hf_logging
+
+    from workshop.training import data, evaluation, models, run_record, sharding, wrap_function
+    from workshop.training.metrics import StepCounter, all_gather
+    from workshop.training.trainer import CourseTrainer
+
+    hf_logging.set_verbosity_warning()
+    is_main = rank == 0
+    init_process_group(cfg, device)
+    args = training_arguments(cfg, device, world)
+    hosts = all_gather(run_record.node_name())
+    prior = records_until(out / "metrics.jsonl", resume_from[1]) if resume_from else []
+    if is_main:
+        _start_records(cfg, out, prior, resume_from, hosts, world, device)
+
+    tok, model, eval_ex, train_ds, eval_ds = _model_and_data(cfg)
+    n_params = models.count_parameters(model)
+
+    synced = world > 1
+    before: dict[str, Any] = {}
+    if cfg.eval_generate:
+        model.to(device)
+        before = evaluation.em_f1(model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device, synced=False)
+
+    if cfg.wrap_function:
+        model = wrap_function.apply(cfg, model)    # the student's own fully_shard calls, from the job's copy
+    counter = StepCounter()
+    parts = _callbacks(cfg, out, device, is_main, prior, n_params, model, counter, hosts, rank, stop_requested)
+    callback, stopper = parts.callback, parts.stopper
+    trainer = CourseTrainer(model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds,
+                            data_collator=data.DynamicPaddingCollator(tok.pad_token_id, cfg.max_length if cfg.pad_to_max_length else 0), processing_class=tok,
+                            callbacks=[parts.comm, parts.tensor_mem, callback, stopper, parts.window,
+                                       parts.batch_probe], counter=counter,
+                            loss=cfg.loss)
+    applied: dict[str, Any] = {}
+
+    def verify_wrapping() -> None:
+        applied.update(sharding.describe_applied(trainer.model, trainer.model_wrapped))
+        sharding.check_applied(cfg, applied)
+
+    callback.on_train_begin_hooks.append(verify_wrapping)
+    gc.freeze()
+    gc.enable()
+    started = time.perf_counter()
+    result = trainer.train(resume_from_checkpoint=str(resume_from[0]) if resume_from else None)
+    train_runtime = time.perf_counter() - started
+    if stopper.stopped_at is not None:
+        return stopped_early(out, stopper.stopped_at, is_main, cfg.checkpoint_root)
+    evals = _final_evals(trainer, callback)
+
+    after: dict[str, Any] = {}
+    if cfg.eval_generate:
+        after = evaluation.em_f1(trainer.model, tok, eval_ex, cfg.max_length, cfg.max_new_tokens, device,
+                                 synced=synced)
+    summary = build_summary(_Trained(cfg, world, hosts, device, is_main, n_params, train_ds, model, trainer, parts,
+                                     applied, result, resume_from, evals, before, after, train_runtime))
     if is_main:
         run_record.write_json(out / "summary.json", summary)
-        say("WORKSHOP_SUMMARY " + json.dumps(summary))
+        log_records.write(log_records.SUMMARY, summary)
         seal(out)
     # Release the wrapped model (and any gloo work it still references) while the interpreter is
     # fully alive: freed during interpreter shutdown instead, gloo's worker threads can abort the
@@ -509,7 +600,7 @@ def stopped_early(out: Path, step: int, is_main: bool, checkpoints: Path) -> dic
     info = {"status": "checkpointed", "step": step, "checkpoint": str(checkpoints / f"checkpoint-{step}"),
             "reason": "SIGUSR1: the time limit is near", "fix": "submit again with resume (--resume)"}
     if is_main:
-        say("WORKSHOP_CHECKPOINT " + json.dumps(info))
+        log_records.write(log_records.CHECKPOINT, info)
         if os.environ.get("WORKSHOP_STOPPED_FILE"):
             Path(os.environ["WORKSHOP_STOPPED_FILE"]).write_text(json.dumps(info) + "\n")
     if dist.is_initialized():

@@ -171,7 +171,7 @@ def units_reducing_in_fp16(model: Any) -> list[str]:
     from workshop.training import sharding, torch_private
 
     try:
-        groups = sharding._fsdp_param_groups(model)
+        groups = sharding.fsdp_param_groups(model)
     except torch_private.NotOnThisTorch as e:
         torch_private.not_measured("the reduce dtype of the student's units", e)
         return []
