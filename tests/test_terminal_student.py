@@ -4,9 +4,12 @@ the answer key's routes stop where a student's would. What the other routes earn
 
 from __future__ import annotations
 
+import pytest
+
 from tests.terminal_student import TERMINAL, terminal_values
 
 
+@pytest.mark.slow                # builds the student's wheel and runs Python in it
 def test_the_answer_keys_routes_stop_at_the_students_install() -> None:
     """The instructor's editable install imports `workshop.grading` from the checkout; the terminal student's
     Python must not (else the copier would type the key's own values and measure nothing of the student's
