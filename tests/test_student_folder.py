@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from workshop.grading import student_folder
+from workshop.site import student_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "budget": ("workshop.site.schedule:main", "instructor: the class's GPU-hours, disk, and the day's schedule per notebook"),
     "class": ("workshop.grading.classview:main", "instructor: every student's jobs per step, states and failures, from sacct"),
     "preflight": ("workshop.site.preflight:main", "admin: check a site profile on its cluster (partitions, account, a job per GPU partition)"),
-    "student-folder": ("workshop.grading.student_folder:main", "instructor: write a student's course folder (the release notebooks, no answers)"),
+    "student-folder": ("workshop.site.student_folder:main", "instructor: write a student's course folder (the release notebooks, no answers)"),
     "prefetch": ("workshop.site.prefetch:main", "admin: fill the shared cache with the model and SQuAD, prove an offline read-only load"),
 }
 

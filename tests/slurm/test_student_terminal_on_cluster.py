@@ -25,7 +25,7 @@ KEY_CALL = "a.fewest_gpus_for('bloom-7b1', 10)"
 ROUTES = f"""cd "$COURSE"
 echo "PYTHON $(command -v python)"
 python -c "from workshop.grading import answer_key as a; print('GRADED', {KEY_CALL})"
-python -c "from workshop.grading.run_all import answer_key as a; print('GRADED', {KEY_CALL})"
+python -c "from workshop.course import answer_key as a; print('GRADED', {KEY_CALL})"
 python -c "import workshop, pathlib; print('MODULES', [str(p) for p in pathlib.Path(workshop.__file__).parent.rglob('*') \\
   if 'grading' in p.parts or 'answer' in p.name])"
 find -L "$COURSE" "$(python -c 'import sys; print(sys.prefix)')" \\( -name solutions -o -name 'answer_key*' -o -name grading \\
@@ -80,7 +80,7 @@ def check_routes(cluster, student_view, where: Path) -> None:
     assert f"PYTHON {venv}/bin/python" in out                             # the terminal runs the course's env
     assert "GRADED" not in out.replace("print('GRADED'", "")
     assert "ModuleNotFoundError: No module named 'workshop.grading'" in out
-    assert "ImportError: cannot import name 'answer_key' from 'workshop.grading.run_all'" in out
+    assert "ModuleNotFoundError: No module named 'workshop.course'" in out
     assert "MODULES []" in out
     assert [ln for ln in out.splitlines() if ln.startswith("FOUND ")] == []
     assert sorted(p.name for p in course.iterdir()) == sorted(p.name for p in (ROOT / "notebooks").iterdir()

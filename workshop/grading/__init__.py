@@ -1,4 +1,4 @@
-"""The grading room: the instructor's release (`release`, `student_folder`), the headless course run (`run_all`,
+"""The grading room: the instructor's release (`release`), the headless course run (`run_all`,
 `ipc_kernel`), autograde (`grade`), the independent review (`integrity`, `scan`), the answer key
 (`answer_key`) and the class view (`classview`); for the instructor's grading environment only.
 

@@ -18,7 +18,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from workshop.grading.release import REPO
+CHECKOUT = Path(__file__).resolve().parents[2]   # the release's default: notebooks/ of the checkout this runs from
+
 
 # What never enters a student's folder, by name, wherever it sits in the release tree.
 NEVER = ("solutions", "gradebook.db", ".git", "source", "autograded", "submitted", "feedback")
@@ -36,7 +37,7 @@ def refuse_instructor_files(release: Path) -> None:
                              "regenerate the release with scripts/release.sh")
 
 
-def write(dest: Path, release: Path = REPO / "notebooks") -> list[Path]:
+def write(dest: Path, release: Path = CHECKOUT / "notebooks") -> list[Path]:
     """Copy every assignment of `release` into `dest`; the notebooks written. An existing notebook is kept
     (the student's work), and said so, rather than overwritten."""
     refuse_instructor_files(release)
