@@ -37,7 +37,7 @@ import ast
 import re
 import symtable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Callable, Iterable
 
 # Attribute or name mentions that only tampering needs in an exercise answer.
 SUSPECT_ATTRIBUTES = {
@@ -423,133 +423,33 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
     tree = parse(source)
     if tree is None:
         return []
-    out: list[tuple[int, str]] = []
     own = _bound(source)
-    read = _read(source)
     debug = debug_aliases([source]) if debug is None else {**debug, **debug_aliases([source])}
-    tools = tool_aliases([source]) if tools is None else {**tools, **tool_aliases([source])}
-    rebound = protected & own   # a comprehension's `name` or a function's local is not the test's
-    for name in sorted((key - own) & read):
-        out.append((0, f"reads `{name}`, which the instructor's cells bind for the tests (the answer key)"))
     debug = {alias: module for alias, module in debug.items() if alias not in theirs}
-    for name in sorted((set(REFERENCE_NAMES) - own - set(theirs)) & read):
-        out.append((0, f"uses `{name}`, {REFERENCE_NAMES[name]}: reference-only, the tests compute their answers "
-                       "with it (docs/grading.md)"))
-    parents = _parents(tree)
+    tools = tool_aliases([source]) if tools is None else {**tools, **tool_aliases([source])}
+    out = _namespace_reads(_read(source), own, key, theirs)
     skip_names, magic_code = _magic_calls(tree)
     for line, code in magic_code:   # what %time and %timeit run is the student's code too
         out += [(line, what) for _, what in findings(code, protected, modules, key, debug, theirs, tools)]
-    # the student's own modules (import x as y) and classes: where an attribute assignment lands
-    imported = set(modules)
-    classes: list[ast.ClassDef] = []
-    functions: list[ast.AST] = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
-        elif isinstance(node, ast.ClassDef):
-            classes.append(node)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-            functions.append(node)
-    in_class = {id(n) for c in classes for n in ast.walk(c)}
-    plain_getattr = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-                     and n.func.id == "getattr" and _literal_name(n) is not None}   # getattr(x, "name")
-    # debugging modules: every use must only read (DEBUG_USES); the import is a finding only when one does not
-    debug_imports: dict[str, int] = {}
-    debug_reads: set[int] = set()   # attribute nodes inside a listed debugging read
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in debug \
-                and node.id not in own - _imported(source):
-            chain, reads = _debug_use(node, debug[node.id], parents)
-            if reads:
-                top = node
-                while isinstance(parents.get(id(top)), ast.Attribute):
-                    top = parents[id(top)]
-                    debug_reads.add(id(top))
-            else:
-                out.append((node.lineno, f"uses `{chain}`, more than debugging needs (reads of a version, a folder, "
-                                         "a source or a traceback: docs/grading.md)"))
-                debug_imports.setdefault(debug[node.id].split(".")[0], node.lineno)
-    for node in ast.walk(tree):
-        line = getattr(node, "lineno", 0)
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in rebound:
-            out.append((line, f"rebinds `{node.id}`, which the test cells use"))
-        elif isinstance(node, ast.Name) and node.id in SUSPECT_NAMES and id(node) not in plain_getattr \
-                and id(node) not in skip_names:
-            out.append((line, SUSPECT_NAMES[node.id]))
-        elif isinstance(node, ast.Name) and _dunder(node.id):
-            out.append((line, f"uses `{node.id}` (interpreter internals)"))
-        elif isinstance(node, ast.Call) and id(node.func) in plain_getattr:
-            name = _literal_name(node) or ""
-            if _dunder(name) or name in SUSPECT_ATTRIBUTES:
-                out.append((line, f"reads `{name}` by getattr (interpreter internals)"))
-            elif name in REFERENCE_NAMES:
-                out.append((line, f"uses `{name}` by getattr, {REFERENCE_NAMES[name]}: reference-only"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and ANSWER_RECORD in node.value:
-            out.append((line, "names the answer records' MIME type (forges an answer record)"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _dunder(node.value):
-            out.append((line, f"names `{node.value}` in a string (interpreter internals by name)"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith("busbw_GBps"):
-            out.append((line, f"reads the column `{node.value}`, the bus bandwidth the helper computed: reference-only"))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name in rebound:
-            out.append((line, f"redefines `{node.name}`, which the test cells use"))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _dunder(node.name) \
-                and node.name not in HARMLESS_DUNDER_DEFS:
-            out.append((line, f"defines {node.name}: an object that can pass a comparison or lookup it should fail"
-                        if node.name in COMPARISON_DUNDERS else f"defines {node.name} (changes how Python treats "
-                                                                "the object)"))
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-            for name in names:
-                root = name.split(".")[0]
-                if root in DEBUG_USES and isinstance(node, ast.Import):
-                    continue   # judged by its uses, below
-                if root in DEBUG_USES:   # from os import getcwd: each name must be a listed read
-                    bad = [a.name for a in node.names if a.name not in DEBUG_USES.get(name, ())]
-                    if bad:
-                        out.append((line, SUSPECT_MODULES.get(root, f"imports {root}") + f": {', '.join(bad)}"))
-                elif root in SUSPECT_MODULES:
-                    out.append((line, SUSPECT_MODULES[root]))
-                if any(name == m or name.startswith(m + ".") for m in REFERENCE_MODULES):
-                    module = next(m for m in REFERENCE_MODULES if name == m or name.startswith(m + "."))
-                    out.append((line, f"imports {module}, {REFERENCE_MODULES[module]}: reference-only"))
-            if isinstance(node, ast.ImportFrom) and node.module:
-                for a in node.names:
-                    if f"{node.module}.{a.name}" in REFERENCE_MODULES:
-                        out.append((line, f"imports {node.module}.{a.name}: reference-only"))
-            for a in node.names:
-                if (a.asname or a.name).split(".")[0] in rebound:
-                    out.append((line, f"rebinds `{(a.asname or a.name).split('.')[0]}` by an import, which the test "
-                                      "cells use"))
-                if a.name in SUSPECT_NAMES:
-                    out.append((line, SUSPECT_NAMES[a.name]))
-                if a.name in REFERENCE_NAMES:
-                    out.append((line, f"imports `{a.name}`, {REFERENCE_NAMES[a.name]}: reference-only"))
-                if _dunder(a.name):
-                    out.append((line, f"imports `{a.name}` (interpreter internals)"))
-        elif isinstance(node, ast.Attribute):
-            if id(node) in debug_reads:
-                pass
-            elif node.attr in SUSPECT_ATTRIBUTES:
-                out.append((line, SUSPECT_ATTRIBUTES[node.attr]))
-            elif _dunder(node.attr):
-                out.append((line, f"uses `.{node.attr}` (interpreter internals)"))
-            elif node.attr in REFERENCE_NAMES:
-                out.append((line, f"uses `.{node.attr}`, {REFERENCE_NAMES[node.attr]}: reference-only, the tests "
-                                  "compute their answers with it (docs/grading.md)"))
-            if isinstance(node.ctx, (ast.Store, ast.Del)):
-                root = _root(node)
-                if root in imported or root in protected or root in MODULE_ROOTS:
-                    out.append((line, f"assigns `{_dotted(node)}` (patches a module or an object the tests use)"))
-                elif id(node) not in in_class:   # `self.x = ...` in the student's own class is theirs
-                    out.append((line, f"assigns the attribute `{_dotted(node)}` (an answer needs no attribute "
-                                      "assignment)"))
-        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            root = _root(node)
-            if root in imported or root in MODULE_ROOTS:
-                out.append((line, f"assigns `{_dotted(node)}` (patches a module)"))
-    for module, line in debug_imports.items():   # the import of a module used beyond debugging
-        out.append((line, SUSPECT_MODULES.get(module, f"imports {module} (beyond reading: docs/grading.md)")))
-    # a function of the student's that asks a lesson tool answers the tool's cases, not the rule's
+    rules = _CellRules(tree, protected, modules, own - _imported(source), protected & own, debug, skip_names)
+    return out + rules.run() + _tool_calls(tree, tools)
+
+
+def _namespace_reads(read: set[str], own: set[str], key: set[str] | frozenset[str],
+                     theirs: set[str] | frozenset[str]) -> list[tuple[int, str]]:
+    """The answer key and the reference-only names the cell reads: a read has no one line, so these are line 0."""
+    out = [(0, f"reads `{name}`, which the instructor's cells bind for the tests (the answer key)")
+           for name in sorted((key - own) & read)]
+    out += [(0, f"uses `{name}`, {REFERENCE_NAMES[name]}: reference-only, the tests compute their answers "
+                "with it (docs/grading.md)") for name in sorted((set(REFERENCE_NAMES) - own - set(theirs)) & read)]
+    return out
+
+
+def _tool_calls(tree: ast.AST, tools: dict[str, str]) -> list[tuple[int, str]]:
+    """A function of the student's that asks a lesson tool answers the tool's cases, not the rule's: one finding
+    per mention of a tool inside each function (a nested function's mention counts for each function around it)."""
+    out: list[tuple[int, str]] = []
+    functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))]
     for function in functions:
         for node in ast.walk(function):
             name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else None
@@ -560,6 +460,227 @@ def findings(source: str, protected: set[str], modules: set[str], key: set[str] 
                                                         "your function on cases of their own, so it must hold the "
                                                         "rule itself"))
     return out
+
+
+class _CellRules(ast.NodeVisitor):
+    """The per-node rules of one cell's scan, one kind of node per `visit_*` method.
+
+    `run` visits the nodes in `ast.walk`'s order (breadth first) rather than recursing, because the order of
+    the findings follows it. Where a node could meet several rules, a method lists them in the order they
+    are tried and only the first that finds something counts (`_first`): a name is reported once, as the
+    most specific thing it does."""
+
+    def __init__(self, tree: ast.AST, protected: set[str], modules: set[str], own_not_imported: set[str],
+                 rebound: set[str], debug: dict[str, str], skip_names: set[int]) -> None:
+        self.tree = tree
+        self.protected = protected
+        self.rebound = rebound   # a comprehension's `name` or a function's local is not the test's
+        self.debug = debug
+        self.own_not_imported = own_not_imported   # a debugging module's name the student rebound is theirs
+        self.skip_names = skip_names
+        self.parents = _parents(tree)
+        # the student's own modules (import x as y) and classes: where an attribute assignment lands
+        self.imported = set(modules)
+        classes: list[ast.ClassDef] = []
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                self.imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ClassDef):
+                classes.append(node)
+        self.in_class = {id(n) for c in classes for n in ast.walk(c)}
+        self.plain_getattr = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)   # getattr(x, "name")
+                              and isinstance(n.func, ast.Name) and n.func.id == "getattr" and _literal_name(n) is not None}
+        self.debug_imports: dict[str, int] = {}   # module: first line that uses it beyond debugging
+        self.debug_reads: set[int] = set()   # attribute nodes inside a listed debugging read
+        self.out: list[tuple[int, str]] = []
+
+    def run(self) -> list[tuple[int, str]]:
+        """Every finding of the cell's nodes: the debugging uses first (they decide which attributes are only
+        read), then each node's rules, then the import of each debugging module used beyond reading."""
+        for node in ast.walk(self.tree):
+            if isinstance(node, ast.Name):
+                self._debugging_module(node)
+        for node in ast.walk(self.tree):
+            self.visit(node)
+        for module, line in self.debug_imports.items():
+            self.out.append((line, SUSPECT_MODULES.get(module, f"imports {module} (beyond reading: docs/grading.md)")))
+        return self.out
+
+    def generic_visit(self, node: ast.AST) -> None:
+        """No recursion: `run` reaches every node itself, in the order the findings keep."""
+
+    def _first(self, node: ast.AST, *rules: Callable[[Any], str | None]) -> None:
+        """The finding of the first rule that has one for `node`, if any."""
+        for rule in rules:
+            what = rule(node)
+            if what:
+                self.out.append((getattr(node, "lineno", 0), what))
+                return
+
+    def _debugging_module(self, node: ast.Name) -> None:
+        """A debugging module (`DEBUG_USES`) may be read, not used otherwise: the import is a finding only then."""
+        if not (isinstance(node.ctx, ast.Load) and node.id in self.debug and node.id not in self.own_not_imported):
+            return
+        chain, reads = _debug_use(node, self.debug[node.id], self.parents)
+        if reads:
+            top: ast.AST = node
+            while isinstance(self.parents.get(id(top)), ast.Attribute):
+                top = self.parents[id(top)]
+                self.debug_reads.add(id(top))
+        else:
+            self.out.append((node.lineno, f"uses `{chain}`, more than debugging needs (reads of a version, a folder, "
+                                          "a source or a traceback: docs/grading.md)"))
+            self.debug_imports.setdefault(self.debug[node.id].split(".")[0], node.lineno)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self._first(node, self._rebinds, self._suspect_name, self._dunder_name)
+
+    def _rebinds(self, node: ast.Name) -> str | None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in self.rebound:
+            return f"rebinds `{node.id}`, which the test cells use"
+        return None
+
+    def _suspect_name(self, node: ast.Name) -> str | None:
+        if node.id in SUSPECT_NAMES and id(node) not in self.plain_getattr and id(node) not in self.skip_names:
+            return SUSPECT_NAMES[node.id]
+        return None
+
+    def _dunder_name(self, node: ast.Name) -> str | None:
+        return f"uses `{node.id}` (interpreter internals)" if _dunder(node.id) else None
+
+    def visit_Call(self, node: ast.Call) -> None:
+        self._first(node, self._getattr_by_name)
+
+    def _getattr_by_name(self, node: ast.Call) -> str | None:
+        """getattr(x, "name") is read as `x.name`: judged by the name it reads."""
+        if id(node.func) not in self.plain_getattr:
+            return None
+        name = _literal_name(node) or ""
+        if _dunder(name) or name in SUSPECT_ATTRIBUTES:
+            return f"reads `{name}` by getattr (interpreter internals)"
+        if name in REFERENCE_NAMES:
+            return f"uses `{name}` by getattr, {REFERENCE_NAMES[name]}: reference-only"
+        return None
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str):
+            self._first(node, self._answer_record, self._dunder_string, self._bandwidth_column)
+
+    def _answer_record(self, node: ast.Constant) -> str | None:
+        return "names the answer records' MIME type (forges an answer record)" if ANSWER_RECORD in node.value else None
+
+    def _dunder_string(self, node: ast.Constant) -> str | None:
+        return f"names `{node.value}` in a string (interpreter internals by name)" if _dunder(node.value) else None
+
+    def _bandwidth_column(self, node: ast.Constant) -> str | None:
+        if node.value.endswith("busbw_GBps"):
+            return f"reads the column `{node.value}`, the bus bandwidth the helper computed: reference-only"
+        return None
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        self._first(node, self._redefines, self._dunder_method)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self._first(node, self._redefines)
+
+    def _redefines(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) -> str | None:
+        return f"redefines `{node.name}`, which the test cells use" if node.name in self.rebound else None
+
+    def _dunder_method(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> str | None:
+        """A dunder method changes how Python treats the object; a comparison's can make a wrong answer pass."""
+        if not _dunder(node.name) or node.name in HARMLESS_DUNDER_DEFS:
+            return None
+        if node.name in COMPARISON_DUNDERS:
+            return f"defines {node.name}: an object that can pass a comparison or lookup it should fail"
+        return f"defines {node.name} (changes how Python treats the object)"
+
+    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
+        """Every rule of an import applies: one statement can import several things."""
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        found = [what for name in names for what in self._imported_module(node, name)]
+        found += self._imported_reference_module(node)
+        found += [what for alias in node.names for what in self._imported_name(alias)]
+        self.out += [(node.lineno, what) for what in found]
+
+    visit_ImportFrom = visit_Import
+
+    def _imported_module(self, node: ast.Import | ast.ImportFrom, name: str) -> list[str]:
+        """A suspect module, a debugging module's unlisted name (`from os import system`), a reference module."""
+        out: list[str] = []
+        root = name.split(".")[0]
+        if root in DEBUG_USES and isinstance(node, ast.Import):
+            return out   # judged by its uses (`_debugging_module`)
+        if root in DEBUG_USES:   # from os import getcwd: each name must be a listed read
+            bad = [a.name for a in node.names if a.name not in DEBUG_USES.get(name, ())]
+            if bad:
+                out.append(SUSPECT_MODULES.get(root, f"imports {root}") + f": {', '.join(bad)}")
+        elif root in SUSPECT_MODULES:
+            out.append(SUSPECT_MODULES[root])
+        module = next((m for m in REFERENCE_MODULES if name == m or name.startswith(m + ".")), None)
+        if module is not None:
+            out.append(f"imports {module}, {REFERENCE_MODULES[module]}: reference-only")
+        return out
+
+    def _imported_reference_module(self, node: ast.Import | ast.ImportFrom) -> list[str]:
+        """`from workshop.comm import traffic`: the reference module imported as a member of its package."""
+        if not (isinstance(node, ast.ImportFrom) and node.module):
+            return []
+        return [f"imports {node.module}.{a.name}: reference-only" for a in node.names
+                if f"{node.module}.{a.name}" in REFERENCE_MODULES]
+
+    def _imported_name(self, alias: ast.alias) -> list[str]:
+        """What the name an import binds does: rebind a test's name, or bring in a suspect or reference name."""
+        out: list[str] = []
+        bound = (alias.asname or alias.name).split(".")[0]
+        if bound in self.rebound:
+            out.append(f"rebinds `{bound}` by an import, which the test cells use")
+        if alias.name in SUSPECT_NAMES:
+            out.append(SUSPECT_NAMES[alias.name])
+        if alias.name in REFERENCE_NAMES:
+            out.append(f"imports `{alias.name}`, {REFERENCE_NAMES[alias.name]}: reference-only")
+        if _dunder(alias.name):
+            out.append(f"imports `{alias.name}` (interpreter internals)")
+        return out
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        """What the attribute names (unless a debugging read), then where an assignment to it lands."""
+        if id(node) not in self.debug_reads:
+            self._first(node, self._suspect_attribute, self._dunder_attribute, self._reference_attribute)
+        self._first(node, self._assigned_attribute)
+
+    def _suspect_attribute(self, node: ast.Attribute) -> str | None:
+        return SUSPECT_ATTRIBUTES.get(node.attr)
+
+    def _dunder_attribute(self, node: ast.Attribute) -> str | None:
+        return f"uses `.{node.attr}` (interpreter internals)" if _dunder(node.attr) else None
+
+    def _reference_attribute(self, node: ast.Attribute) -> str | None:
+        if node.attr in REFERENCE_NAMES:
+            return (f"uses `.{node.attr}`, {REFERENCE_NAMES[node.attr]}: reference-only, the tests compute their "
+                    "answers with it (docs/grading.md)")
+        return None
+
+    def _assigned_attribute(self, node: ast.Attribute) -> str | None:
+        """An answer needs no attribute assignment, but `self.x = ...` in the student's own class is theirs."""
+        if not isinstance(node.ctx, (ast.Store, ast.Del)):
+            return None
+        root = _root(node)
+        if root in self.imported or root in self.protected or root in MODULE_ROOTS:
+            return f"assigns `{_dotted(node)}` (patches a module or an object the tests use)"
+        if id(node) not in self.in_class:
+            return f"assigns the attribute `{_dotted(node)}` (an answer needs no attribute assignment)"
+        return None
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        self._first(node, self._assigned_item)
+
+    def _assigned_item(self, node: ast.Subscript) -> str | None:
+        root = _root(node)
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and (root in self.imported or root in MODULE_ROOTS):
+            return f"assigns `{_dotted(node)}` (patches a module)"
+        return None
 
 
 def without_hidden_tests(source: str) -> str:
