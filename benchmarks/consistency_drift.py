@@ -4,7 +4,7 @@ counts, in fp32, bf16 and fp16 (fp16 with the gradient scaler), on CPU.
     .venv/bin/python benchmarks/consistency_drift.py     # ~50 runs; resumes from --work if interrupted
 
 Why: the hidden tests of notebooks 03 and 05 accept a strategy's eval losses when they agree with
-full_shard's within `workshop.training.consistency.consistency_tolerance`. Unit roundoff does not bound
+full_shard's within `workshop.grading.consistency.consistency_tolerance`. Unit roundoff does not bound
 two runs' drift after tens of steps (rounding differences compound through the updates, and under
 fp16 a gradient overflow skips an update in one run and not in the other), so the tolerance is set
 from this measurement instead: the largest drift seen at a length, times a stated margin.

@@ -192,7 +192,7 @@ memory_prediction = {run: predict_memory(arch, run, 1) for run in ("baseline", "
 _a = get_arch("bloom-7b1")
 wrap_prediction = {"units": _a.layers + 1, "root_params": _a.root_params}''',
         "nb02-36-shard-predict": '''
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 
 def shard_shape(shape, world_size, rank):
@@ -225,7 +225,7 @@ from workshop.student.runs import STATIC_RUNS
 
 runs = {name: spec for name, spec in STATIC_RUNS["03_sharding_strategies"].items() if name != "budget challenge"}''',
         "nb03-ranking": '''
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 memory_ranking = sorted(runs, key=lambda name: float(lab.predict(**runs[name])["peak"]))
 held_fraction = {name: fsdp_rules.held_fraction(spec["sharding"], 16) for name, spec in runs.items()}
@@ -255,15 +255,16 @@ my_settings = dict(sharding=str(_row["sharding"]), offload=bool(_row["offload"])
     },
     "04_multi_gpu": {
         "nb04-settings": '''
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 settings = {n: fsdp_rules.fewest_micro_batches(global_batch, micro_batch_max, n) for n in gpu_counts}''',
         "nb04-predict": '''
 from workshop.results.memory import estimate
+from workshop.training.counted_steps import expected_steps
 
 
 def optimizer_steps(train_size, epochs, batch_size, grad_acc, world_size):
-    return fsdp_rules.expected_steps(train_size, epochs, batch_size, grad_acc, world_size)
+    return expected_steps(train_size, epochs, batch_size, grad_acc, world_size)
 
 
 def model_state_mb(n_params, world_size, optimizer="adamw"):
@@ -276,7 +277,7 @@ prediction = {n: {"steps": optimizer_steps(base.train_size, base.epochs, setting
                                            settings[n]["grad_acc"], n), **model_state_mb(n_params, n)}
               for n in gpu_counts}''',
         "nb04-amdahl": '''
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 _r = max(gpu_counts) / min(gpu_counts)
 amdahl_fits = fsdp_rules.amdahl_applies(scaling[max(gpu_counts)]["speedup"], _r)
@@ -300,7 +301,7 @@ highest_busbw_at = "largest"''',
 busbw_largest = measured_bw.rows[-1].busbw_GBps
 gate_passes = measured_bw.large_busbw_GBps >= lab.profile.min_busbw_GBps''',
         "nb05-predict-traffic": '''
-from workshop.comm import traffic
+from workshop.grading import traffic
 
 crosses_network = {s: traffic.crossing(s, 2, 2) for s in ("full_shard", "hybrid_shard")}
 
@@ -308,13 +309,13 @@ crosses_network = {s: traffic.crossing(s, 2, 2) for s in ("full_shard", "hybrid_
 def network_gb_per_node(strategy, nodes, gpus_per_node, psi_gb):
     return traffic.network_bytes_per_node(strategy, nodes, gpus_per_node, psi_gb)''',
         "nb05-links-answer": '''
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 
 def network_seconds(strategy, nodes, gpus_per_node, psi_gb):
     return fsdp_rules.network_seconds(strategy, nodes, gpus_per_node, psi_gb, busbw_largest)''',
         "nb05-mesh-answer": '''
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 
 def hsdp_mesh(nodes, gpus_per_node):

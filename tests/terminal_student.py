@@ -8,7 +8,9 @@ built as a wheel from the checkout (pyproject.toml's `exclude` decides what it l
 the wheel leaves out stops with ModuleNotFoundError and its cell keeps the lazy filler's answer.
 
 What each route tries is what the issue's reader tried: the answer key's functions, the reference models
-(`workshop.comm.model`, `traffic`, `memory`, `workshop.training.fsdp_rules`), the course's own run settings.
+(`workshop.comm.model`, `memory`; `workshop.training.fsdp_rules` and `workshop.comm.traffic` at the paths the
+reader found them, which the grading room holds now, so those routes stop at ModuleNotFoundError too), the
+course's own run settings.
 Only values are typed; a function answer is graded on cases no cell shows, and a function that calls a model
 from a cell is the caller's route, which the scan flags (tests/copying_student.py).
 """
@@ -53,7 +55,7 @@ wrap_prediction = {"units": _a.layers + 1, "root_params": _a.root_params}''',
     "03_sharding_strategies": {
         "nb03-ranking": '''
 from workshop.site.budget import STATIC_RUNS
-from workshop.training import fsdp_rules
+import workshop.training.fsdp_rules as fsdp_rules
 _runs = {n: s for n, s in STATIC_RUNS["03_sharding_strategies"].items() if n != "budget challenge"}
 held_fraction = {n: fsdp_rules.held_fraction(s["sharding"], 16) for n, s in _runs.items()}
 held_fraction["hybrid_shard"] = fsdp_rules.held_fraction("hybrid_shard", 16, replicas=2)''',
@@ -65,7 +67,7 @@ fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s]
     },
     "05_multi_node": {
         "nb05-predict-traffic": '''
-from workshop.comm import traffic
+import workshop.comm.traffic as traffic
 crosses_network = {s: traffic.crossing(s, 2, 2) for s in ("full_shard", "hybrid_shard")}''',
     },
 }

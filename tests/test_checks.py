@@ -182,7 +182,15 @@ def test_a_debugging_module_imported_in_one_cell_is_judged_where_it_is_used() ->
 @pytest.mark.parametrize("source, reason", [
     ("from workshop.training.fsdp_rules import shard0_local_shape\nx = shard0_local_shape([4], 3, 2)",
      "workshop.training.fsdp_rules"),
-    ("import workshop.training.fsdp_rules as rules\nx = rules.expected_steps(1, 1, 1, 1, 1)", "reference-only"),
+    ("import workshop.training.fsdp_rules as rules\nx = rules.held_fraction('ddp', 2)", "reference-only"),
+    # the grader's rules at their grading-room paths, and at the old ones a student may still type (issue 48)
+    ("from workshop.grading.fsdp_rules import hsdp_mesh\nx = hsdp_mesh(2, 8)", "workshop.grading.fsdp_rules"),
+    ("from workshop.grading import traffic\nx = traffic.crossing('full_shard', 2, 2)", "workshop.grading.traffic"),
+    ("import workshop.comm.traffic as t\nx = t.crossing('full_shard', 2, 2)", "workshop.comm.traffic"),
+    ("from workshop.grading.consistency import losses_consistent as ok\nx = ok", "workshop.grading.consistency"),
+    ("from workshop.training import consistency\nx = consistency", "workshop.training.consistency"),
+    ("from workshop.training.counted_steps import expected_steps\nx = expected_steps(24, 2, 2, 1, 2)",
+     "imports `expected_steps`"),
     ("def shard_shape(shape, n, r):\n    return list(fsdp_rules.shard0_local_shape(shape, n, r))", "uses `fsdp_rules`"),
     ("from workshop.results import memory\nx = memory.estimate('tiny').as_mb()", r"uses `\.estimate`"),
     ("from workshop.results.memory import estimate_config as e\nx = e", "imports `estimate_config`"),

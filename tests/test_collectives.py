@@ -4,7 +4,7 @@ processes launched as 2 "nodes" of 2 (two torchruns meeting at a c10d rendezvous
 
 Measured: which collectives each strategy runs, over which ranks, how many bytes, how often, and on which
 launcher each rank ran. The bytes that cross between nodes follow from those by NCCL's ring (each rank
-sends its share to the next rank of the group), the accounting `workshop.comm.traffic` does for the
+sends its share to the next rank of the group), the accounting `workshop.grading.traffic` does for the
 notebook's reference: the test holds that reference to the measured collectives.
 """
 
@@ -18,7 +18,7 @@ import pytest
 
 from tests.runs import TORCHRUN, clean_env
 from workshop.slurm.ports import rendezvous_port
-from workshop.comm import traffic
+from workshop.grading import traffic
 
 pytestmark = pytest.mark.slow
 WORKER = Path(__file__).with_name("collectives_worker.py")

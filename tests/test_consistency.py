@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from workshop.training import consistency
-from workshop.training.consistency import arithmetic, consistency_tolerance, losses_consistent, same_arithmetic
+from workshop.grading import consistency
+from workshop.grading.consistency import arithmetic, consistency_tolerance, losses_consistent, same_arithmetic
 
 BF16, FP16 = 0.003186, 0.222507            # 12 steps (and shorter)
 BF16_125, FP16_125 = 0.006021, 0.147114

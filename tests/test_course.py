@@ -46,7 +46,7 @@ def test_notebook_04_applies_amdahls_law_only_where_its_own_runs_allow(course_ru
     does apply, the fraction it fits lies in [0, 1]."""
     import pandas as pd
 
-    from workshop.training import fsdp_rules
+    from workshop.grading import fsdp_rules
 
     scaling = pd.read_csv(course_run / "tables" / "04_scaling.csv", index_col=0)
     ratio = scaling.index.max() / scaling.index.min()

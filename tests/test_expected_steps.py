@@ -1,4 +1,4 @@
-"""`fsdp_rules.expected_steps`, the reference answer notebook 04 grades step counts with, in the cases
+"""`counted_steps.expected_steps`, the reference answer notebook 04 grades step counts with, in the cases
 that do not divide evenly: worked by hand here, and compared with the optimizer steps that the Hugging
 Face Trainer itself takes on 2 real ranks (torchrun, gloo). A rule that disagrees with the Trainer
 fails a student who counted right."""
@@ -14,7 +14,7 @@ import pytest
 
 from tests.runs import TORCHRUN, clean_env
 from workshop.slurm.ports import rendezvous_port
-from workshop.training.fsdp_rules import expected_steps
+from workshop.training.counted_steps import expected_steps
 
 # (train_size, epochs, batch_size, grad_acc, world_size) -> steps, by hand:
 CASES = {
@@ -97,7 +97,7 @@ def test_the_trainer_takes_the_steps_the_rule_predicts(tmp_path: Path) -> None:
 
 
 def test_the_shard_rule_refuses_what_has_no_shard() -> None:
-    from workshop.training.fsdp_rules import shard0_local_shape
+    from workshop.grading.fsdp_rules import shard0_local_shape
 
     with pytest.raises(ValueError) as e:
         shard0_local_shape((), 2, 0)
@@ -111,7 +111,7 @@ def test_the_shard_rule_refuses_what_has_no_shard() -> None:
 
 def test_params_on_rank_by_hand() -> None:
     """1024 x 96 rows on 3 ranks are 342, 342, 340 rows; 5 rows are 2, 2, 1."""
-    from workshop.training.fsdp_rules import params_on_rank
+    from workshop.grading.fsdp_rules import params_on_rank
 
     shapes = {"embedding": (1024, 96), "bias": (5,)}
     assert [params_on_rank(shapes, 3, r) for r in range(3)] == [342 * 96 + 2, 342 * 96 + 2, 340 * 96 + 1]

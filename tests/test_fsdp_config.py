@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from workshop.training import consistency, fsdp_rules, wrap_function
+from workshop.grading import consistency, fsdp_rules
+from workshop.training import counted_steps, wrap_function
 from workshop.training.config import ConfigError, load_config
 from workshop.training.sharding import native_fsdp_arguments, requested, trainer_sharding_kwargs
 
@@ -126,10 +127,10 @@ def test_shard0_rule_chunks_dim0_like_torch_chunk(rows: int, world: int, expecte
 
 
 def test_global_batch_and_steps_follow_the_trainers_arithmetic() -> None:
-    assert fsdp_rules.global_batch(4, 2, 2) == 16
-    assert fsdp_rules.expected_steps(24, 2, 2, 1, 2) == 12
-    assert fsdp_rules.expected_steps(48, 1, 4, 3, 2) == 2     # 6 micro-batches a rank, a step per 3
-    assert fsdp_rules.expected_steps(48, 1.5, 4, 1, 2) == 9
+    assert counted_steps.global_batch(4, 2, 2) == 16
+    assert counted_steps.expected_steps(24, 2, 2, 1, 2) == 12
+    assert counted_steps.expected_steps(48, 1, 4, 3, 2) == 2     # 6 micro-batches a rank, a step per 3
+    assert counted_steps.expected_steps(48, 1.5, 4, 1, 2) == 9
 
 
 def _summary(precision: str = "fp32", param: str | None = None, reduce: str | None = None, steps: int = 12,

@@ -12,7 +12,9 @@ import pytest
 
 from tests.runs import TORCHRUN, RunCache, clean_env
 from workshop.slurm.ports import rendezvous_port
-from workshop.training import consistency, fsdp_rules, wrap_function
+from workshop.grading import consistency, fsdp_rules
+from workshop.training import wrap_function
+from workshop.training.counted_steps import expected_steps
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,7 +113,7 @@ def test_summary_shows_the_global_batch_each_run_really_trained(runs: RunCache, 
     for flags, nproc in ((("--sharding", "ddp"), 2), (("--sharding", "full_shard", "--wrap-function", spec), 3)):
         s = runs.get(*flags, nproc=nproc).summary
         assert s["global_batch_measured"] == s["global_batch"] == s["batch_size"] * s["grad_acc"] * s["world_size"]
-        assert s["steps"] == fsdp_rules.expected_steps(24, 2, s["batch_size"], s["grad_acc"], s["world_size"])
+        assert s["steps"] == expected_steps(24, 2, s["batch_size"], s["grad_acc"], s["world_size"])
         assert s["samples_trained"] == 2 * 24
         seen.add(s["steps"])
     assert len(seen) == 2

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NAMES = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
 # what computes a graded reference: none of it runs in a student's kernel
 REFERENCE_CODE = {"answer_key", "fsdp_rules", "traffic", "bus_factor", "diagnose", "STATIC_RUNS", "comm_elements",
-                  "memory_mb", "node_sent_gb", "strategy_runs"}
+                  "memory_mb", "node_sent_gb", "strategy_runs", "expected_steps", "consistency", "losses_consistent"}
 # checks against the student's own jobs and table (what they ran, what their table shows): the job is the
 # student's to read, so nothing is learnt by asking the check; every other visible check is a form check
 OWN_JOB_CHECKS = {"nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s", "nb02-16-test-settings-full-shard",
@@ -44,6 +44,27 @@ def test_no_cell_of_the_release_computes_a_reference(name: str) -> None:
     found = {c["id"]: sorted(used_names("".join(c["source"])) & REFERENCE_CODE)
              for c in cells("notebooks", name) if c["cell_type"] == "code"}
     assert {k: v for k, v in found.items() if v} == {}
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_no_cell_of_the_release_imports_the_grading_room(name: str) -> None:
+    """The release runs in the student's install, which holds no `workshop.grading` (nor the grader's rules at the
+    paths they left): a visible cell that imported one would stop every student at ModuleNotFoundError."""
+    from tests.test_student_install import MOVED_REFERENCES
+
+    gone = ("workshop.grading", *MOVED_REFERENCES)
+    found = {}
+    for c in cells("notebooks", name):
+        if c["cell_type"] != "code":
+            continue
+        tree = ast.parse("".join(c["source"]))
+        modules = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        modules |= {f"{n.module}.{a.name}" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module
+                    for a in n.names}
+        bad = sorted(m for m in modules if any(m == g or m.startswith(g + ".") for g in gone))
+        if bad:
+            found[c["id"]] = bad
+    assert found == {}
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,11 +1,11 @@
-"""The rules notebooks 04 and 05 grade derivations against (workshop.training.fsdp_rules), on cases worked
+"""The rules notebooks 04 and 05 grade derivations against (workshop.grading.fsdp_rules), on cases worked
 out by hand."""
 
 from __future__ import annotations
 
 import pytest
 
-from workshop.training import fsdp_rules
+from workshop.grading import fsdp_rules
 
 
 def test_model_state_counts_four_bytes_per_fp32_tensor_and_a_1_over_n_share() -> None:
@@ -64,7 +64,7 @@ def test_hybrid_shard_is_about_three_times_faster_across_2_nodes_of_8_not_twenty
 
 def test_network_seconds_are_the_node_bytes_over_the_node_rate() -> None:
     # one owner of the byte count: the time is traffic's bytes per node over the node's rate, at every layout
-    from workshop.comm import traffic
+    from workshop.grading import traffic
 
     for strategy in ("full_shard", "hybrid_shard"):
         for nodes, gpus in ((2, 2), (2, 8), (4, 8), (8, 4), (1, 4), (16, 8)):

@@ -19,6 +19,11 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# The references only hidden tests compare against, moved into the grading room (issue 48, item 1): old path -> new.
+# A student who types either path in their install gets ModuleNotFoundError; the scan flags both where grading runs.
+MOVED_REFERENCES = {"workshop.training.fsdp_rules": "workshop.grading.fsdp_rules",
+                    "workshop.comm.traffic": "workshop.grading.traffic",
+                    "workshop.training.consistency": "workshop.grading.consistency"}
 DEV_SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
@@ -53,6 +58,9 @@ def test_the_wheel_carries_the_jobs_files_and_no_grading_room(tmp_path: Path) ->
     names = zipfile.ZipFile(build_wheel(tmp_path)).namelist()
     assert [n for n in names if n.startswith("workshop/grading/") or "solutions/" in n or n.endswith(".ipynb")] == []
     assert "workshop/student/lab.py" in names                         # the course itself is there
+    assert "workshop/training/counted_steps.py" in names              # the budget's step arithmetic stays
+    moved = {m.rsplit(".", 1)[1] + ".py" for m in MOVED_REFERENCES}
+    assert [n for n in names if n.rsplit("/", 1)[-1] in moved] == []
     for part in ("templates/job.sh", "profiles/ci.toml", "profiles/example-hpc.toml", "ood/form.yml.erb"):
         assert f"workshop/slurm/files/{part}" in names, part
     assert not [n for n in names if n.startswith("workshop/slurm/files/admin/")]   # the site admin's Epilog
@@ -78,6 +86,10 @@ def test_the_students_install_as_bloom_env_yml_writes_it(tmp_path: Path) -> None
     key = subprocess.run([python, "-c", "from workshop.grading import answer_key"], cwd=tmp_path,
                          capture_output=True, text=True)
     assert key.returncode == 1 and "ModuleNotFoundError: No module named 'workshop.grading'" in key.stderr
+    for old, new in MOVED_REFERENCES.items():                         # the grader's rules, at either path
+        for path, missing in ((old, old), (new, "workshop.grading")):
+            ref = subprocess.run([python, "-c", f"import {path}"], cwd=tmp_path, capture_output=True, text=True)
+            assert ref.returncode == 1 and f"ModuleNotFoundError: No module named '{missing}'" in ref.stderr, path
     ran = subprocess.run([python, "-c", "import workshop.slurm.profiles as p; print(p.__file__); print(p.TEMPLATES_DIR);"
                           "print(p.load_profile('ci').source)"], cwd=tmp_path, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr

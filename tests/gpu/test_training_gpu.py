@@ -57,8 +57,8 @@ def _train_losses(run: GpuRun) -> list[float]:
 def test_fsdp2_matches_no_fsdp_at_world_size_one(gpu_runs: dict[str, GpuRun], figures: Any, precision: str) -> None:
     """Same seed, same data, one GPU: FULL_SHARD over a world of one trains the model no FSDP trains.
     They differ only in how they compute in 16 bits (autocast vs MixedPrecisionPolicy), so the losses
-    agree within the precision's tolerance (workshop.training.consistency), not bit for bit."""
-    from workshop.training.consistency import consistency_tolerance, losses_consistent
+    agree within the precision's tolerance (workshop.grading.consistency), not bit for bit."""
+    from workshop.grading.consistency import consistency_tolerance, losses_consistent
 
     plain, fsdp = gpu_runs[f"none-{precision}"].summary, gpu_runs[f"full_shard-{precision}"].summary
     a, b = _train_losses(gpu_runs[f"none-{precision}"]), _train_losses(gpu_runs[f"full_shard-{precision}"])

@@ -114,8 +114,9 @@ REFERENCE_NAMES: dict[str, str] = {
     "estimate_config": "the memory model (workshop.results.memory)",
     "root_params": "the memory model's count of the root unit",
     "logits_rows": "the memory model's positions projected onto the vocabulary per loss setting (notebook 02's logits)",
-    "fsdp_rules": "the rules the predictions are graded against (workshop.training.fsdp_rules)",
-    "traffic": "the network traffic rule (workshop.comm.traffic)",
+    "fsdp_rules": "the rules the predictions are graded against (workshop.grading.fsdp_rules)",
+    "traffic": "the network traffic rule (workshop.grading.traffic)",
+    "expected_steps": "the Trainer's step arithmetic notebook 04 grades (workshop.training.counted_steps)",
     "comm": "the communication model (workshop.comm.model): every collective a step runs",
     "diagnose": "workshop diagnose (the failure category notebook 05 grades)",
     "challenge": "notebook 03's budget challenge and the instructor's sweep (workshop.student.challenge)",
@@ -140,8 +141,14 @@ REFERENCE_NAMES: dict[str, str] = {
     "node_sent_gb": "notebook 03's answer key: GB one rank sends per step on the 8-GPU node",
 }
 REFERENCE_MODULES: dict[str, str] = {
+    # the grader's rules, at their path and at the one they had before the grading room (a student who
+    # types the old path, which fails in their install, still imports them where grading runs)
+    "workshop.grading.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
     "workshop.training.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
+    "workshop.grading.traffic": REFERENCE_NAMES["traffic"],
     "workshop.comm.traffic": REFERENCE_NAMES["traffic"],
+    "workshop.grading.consistency": "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)",
+    "workshop.training.consistency": "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)",
     "workshop.comm.model": REFERENCE_NAMES["comm"],
     "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
     "workshop.student.challenge": REFERENCE_NAMES["challenge"],

@@ -24,8 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from workshop.training.counted_steps import counted_steps
-from workshop.training.fsdp_rules import expected_steps
+from workshop.training.counted_steps import counted_steps, expected_steps
 from workshop.slurm.profiles import Profile, ProfileError, time_seconds
 from workshop.slurm.shared import is_costly
 from workshop.student.runs import STATIC_RUNS

@@ -4,10 +4,14 @@ Step arithmetic only, no torch import: the class budget (workshop.site.budget) c
 with the very rules a run applies. At run time every left-out step goes through the one place,
 `workshop.training.metrics.StepCounter.leave_out_of_throughput` (the window's warm-up, the tracker's step,
 the recorded communication step); these functions predict what a fresh run of at least 3 steps leaves
-out, and a test checks a real run's summary against them.
+out, and a test checks a real run's summary against them. `expected_steps` is the Trainer's own count of
+optimizer steps (notebook 04's hidden test grades the student's recipe against it): it lives here, not with the
+grader's rules (`workshop.grading.fsdp_rules`), because the budget needs it in the student's install too.
 """
 
 from __future__ import annotations
+
+import math
 
 # The steps a callback instruments, by name: never counted. One entry per instrumented callback; the
 # callback reads its step from here (a run shorter than the step instruments its last one).
@@ -53,3 +57,16 @@ def as_ranges(steps: list[int]) -> list[list[int]]:
         else:
             out.append([s, s])
     return out
+
+
+def global_batch(batch_size: int, grad_acc: int, world_size: int) -> int:
+    """Samples per optimizer step: micro-batch x accumulation steps x processes."""
+    return batch_size * grad_acc * world_size
+
+
+def expected_steps(train_size: int, epochs: float, batch_size: int, grad_acc: int, world_size: int) -> int:
+    """Optimizer steps the Trainer takes (transformers' own arithmetic): each rank gets
+    ceil(train_size / (batch_size x world_size)) micro-batches an epoch, every grad_acc of them (and
+    a last, partial group) make a step, and a fractional epoch count is rounded up in steps."""
+    per_epoch = math.ceil(math.ceil(train_size / (batch_size * world_size)) / grad_acc)
+    return math.ceil(epochs * per_epoch)

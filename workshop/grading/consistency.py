@@ -1,5 +1,8 @@
 """How far apart two honest runs' losses may be: a tolerance measured, not derived from unit roundoff.
 
+The hidden tests of notebooks 03 and 05 (and tests/) compare runs with it; no job or student tool does, so it
+lives in the grading room, which the student's install leaves out.
+
 Two runs that do the same sums on a CPU (DDP and FULL_SHARD in fp32; two FSDP2 strategies in bf16)
 agree to the last digit: CPU kernels are deterministic. Everywhere else two honest runs start apart by
 a rounding error and training compounds it: FSDP2's bf16 parameters and bf16 gradient reduce against

@@ -1,6 +1,9 @@
-"""The rules an FSDP practitioner predicts with, as the notebooks' reference answers.
+"""The rules an FSDP practitioner predicts with, as the notebooks' reference answers: the grader's, not the student's.
 
-A check compares a student's prediction with these rules, never with the measurement; the run's
+They live in the grading room (issue 48, item 1), which the student's install leaves out, so that no code a
+student can import computes what a hidden test compares against. The Trainer's step arithmetic
+(`expected_steps`, `global_batch`) is not here: the class budget (`workshop.site.budget`) needs it, so its one
+owner is `workshop.training.counted_steps`. A check compares a student's prediction with these rules, never with the measurement; the run's
 summary then sets the measurement beside both (`local_shapes_per_rank`, `steps`,
 `global_batch_measured`). Each rule is tested against real runs (tests/test_fsdp_exercises.py).
 No torch import: a grader's process can use them without a GPU stack.
@@ -31,19 +34,6 @@ def shard0_local_shape(shape: Sequence[int], world_size: int, rank: int) -> tupl
 def params_on_rank(shapes: Mapping[str, Sequence[int]], world_size: int, rank: int) -> int:
     """Parameter elements `rank` holds when every parameter in `shapes` is sharded as `Shard(0)`."""
     return sum(math.prod(shard0_local_shape(shape, world_size, rank)) for shape in shapes.values())
-
-
-def global_batch(batch_size: int, grad_acc: int, world_size: int) -> int:
-    """Samples per optimizer step: micro-batch x accumulation steps x processes."""
-    return batch_size * grad_acc * world_size
-
-
-def expected_steps(train_size: int, epochs: float, batch_size: int, grad_acc: int, world_size: int) -> int:
-    """Optimizer steps the Trainer takes (transformers' own arithmetic): each rank gets
-    ceil(train_size / (batch_size x world_size)) micro-batches an epoch, every grad_acc of them (and
-    a last, partial group) make a step, and a fractional epoch count is rounded up in steps."""
-    per_epoch = math.ceil(math.ceil(train_size / (batch_size * world_size)) / grad_acc)
-    return math.ceil(epochs * per_epoch)
 
 
 def held_fraction(sharding: str, world_size: int, replicas: int = 1) -> float:
@@ -118,7 +108,7 @@ def network_seconds(strategy: str, nodes: int, gpus_per_node: int, psi_gb: float
     overlaps. That rate is what a two-node all-reduce's bus bandwidth measures (nccl-tests' busbw: the
     bytes each rank of the ring sends, per second): NCCL lays one ring per card, and the GPUs of a node
     take turns on the node's cards, so the ring hops that leave a node share them, never one link per GPU.
-    So the time is the bytes one node sends to the others (`workshop.comm.traffic`'s plain rule) over
+    So the time is the bytes one node sends to the others (`workshop.grading.traffic`'s plain rule) over
     that rate: `full_shard`, three rings over every rank, each leaving a node by one hop with
     (N - 1)/N x `psi_gb`; `hybrid_shard` on [nodes, gpus_per_node], every GPU all-reducing its
     1/gpus_per_node shard with one rank per node, so the node sends 2 (nodes - 1)/nodes x `psi_gb` in all."""

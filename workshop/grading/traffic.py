@@ -1,7 +1,8 @@
 """What crosses the network between nodes in one training step, for ring collectives placed node by node.
 
 Notebook 05 asks the student which collectives cross the network under `full_shard` and `hybrid_shard`,
-and how many bytes each node sends to the other nodes per step; this module is the reference, and
+and how many bytes each node sends to the other nodes per step; this module is the reference (the grader's: it
+lives in the grading room, which the student's install leaves out), and
 tests/test_collectives.py sets it beside the collectives a real FSDP2 step runs on 4 gloo processes
 launched as 2 "nodes" of 2 (which groups, how many bytes, how often: measured, not assumed).
 
