@@ -1,11 +1,11 @@
-"""The rules an FSDP practitioner predicts with, as the notebooks' reference answers: the grader's, not the student's.
+"""The rules an FSDP practitioner predicts with, as the notebooks' reference answers: the grader's.
 
 They live in the grading room (issue 48, item 1), which the student's install leaves out, so that no code a
 student can import computes what a hidden test compares against. The Trainer's step arithmetic
 (`expected_steps`, `global_batch`) is not here: the class budget (`workshop.site.budget`) needs it, so its one
-owner is `workshop.training.counted_steps`. A check compares a student's prediction with these rules, never with the measurement; the run's
-summary then sets the measurement beside both (`local_shapes_per_rank`, `steps`,
-`global_batch_measured`). Each rule is tested against real runs (tests/test_fsdp_exercises.py).
+owner is `workshop.training.counted_steps`. A check compares a student's prediction with these rules, never
+with the measurement; the run's summary then sets the measurement beside both (`local_shapes_per_rank`,
+`steps`, `global_batch_measured`). Each rule is tested against real runs (tests/test_fsdp_exercises.py).
 No torch import: a grader's process can use them without a GPU stack.
 """
 

@@ -140,6 +140,7 @@ REFERENCE_NAMES: dict[str, str] = {
     "sent_gb_per_step": "notebook 03's answer key: GB one rank sends per optimizer step",
     "node_sent_gb": "notebook 03's answer key: GB one rank sends per step on the 8-GPU node",
 }
+CONSISTENCY = "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)"
 REFERENCE_MODULES: dict[str, str] = {
     # the grader's rules, at their path and at the one they had before the grading room (a student who
     # types the old path, which fails in their install, still imports them where grading runs)
@@ -147,8 +148,8 @@ REFERENCE_MODULES: dict[str, str] = {
     "workshop.training.fsdp_rules": REFERENCE_NAMES["fsdp_rules"],
     "workshop.grading.traffic": REFERENCE_NAMES["traffic"],
     "workshop.comm.traffic": REFERENCE_NAMES["traffic"],
-    "workshop.grading.consistency": "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)",
-    "workshop.training.consistency": "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)",
+    "workshop.grading.consistency": CONSISTENCY,
+    "workshop.training.consistency": CONSISTENCY,
     "workshop.comm.model": REFERENCE_NAMES["comm"],
     "workshop.results.diagnose": REFERENCE_NAMES["diagnose"],
     "workshop.student.challenge": REFERENCE_NAMES["challenge"],
