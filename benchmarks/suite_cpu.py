@@ -156,7 +156,9 @@ def origin_of(cmd: str) -> str:
     return "other local-backend jobs of tests"
 
 
-def report(folder: Path, exclude: list[str]) -> dict:
+def report(folder: Path, exclude: list[str], only: list[str] | None = None) -> dict:
+    """CPU by kind. `only`: keep just the processes whose command line holds one of these texts (the clone's
+    folder, the suite's scratch): on a shared machine, others' processes may look like the suite's."""
     commands: dict[int, str] = {}
     for line in (folder / "commands.jsonl").read_text().splitlines():
         r = json.loads(line)
@@ -171,7 +173,7 @@ def report(folder: Path, exclude: list[str]) -> dict:
     reused = sum(n - 1 for n in collections.Counter(row["pid"] for row in rows).values() if n > 1)
     for row in rows:
         cmd = commands.get(row["pid"], "")
-        if any(e in cmd for e in exclude):
+        if any(e in cmd for e in exclude) or (only and not any(o in cmd for o in only)):
             excluded += row["cpu_s"]
             continue
         kind = kind_of(row["comm"], cmd)
@@ -224,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("--out", type=Path)
     rep.add_argument("--exclude", action="append", default=[],
                      help="leave out processes whose command line holds this text (a probe of your own)")
+    rep.add_argument("--only", action="append", default=[],
+                     help="keep only processes whose command line holds this text (e.g. the clone's folder)")
     rep.add_argument("--what", default="make test as CI runs it (CI=true bash .ci/run) in a clean clone")
     args = parser.parse_args(argv)
     if args.action == "record":
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         return record(args.folder, command)
     from benchmarks import machine
 
-    found = report(args.folder, args.exclude)
+    found = report(args.folder, args.exclude, args.only)
     load = found.pop("load_1min_before")
     out = {**machine.record(args.what, load or 0.0), **found}
     out["machine"]["load_1min_before"] = load   # None: not recorded
