@@ -87,39 +87,57 @@ def rank_env(nproc: int, nnodes: int, node: int, local: int, port: int) -> dict[
             "TORCHELASTIC_USE_AGENT_STORE": "False", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1"}
 
 
-def fork_ranks(module: str, argv: list[str], nproc: int, nnodes: int, cwd: Path,
-               timeout: float) -> tuple[list[str], int]:
-    """Every rank of a launch forked from the warm parent; (each node's log, the launch's exit code).
+@dataclass
+class Forked:
+    """The ranks of one launch, forked from the warm parent: `ranks` in rank order, `logs` one per node (its
+    ranks' stdout and stderr, as that node's torchrun would show them)."""
 
-    As torchrun does, the first rank to fail ends the others (a rank left alone would wait in a collective
-    until its timeout) and the launch exits 1; one process alone is started as plain python starts it."""
+    ranks: list[warm_parent.Child]
+    logs: list[Path]
+
+    def text(self, node: int = 0) -> str:
+        return self.logs[node].read_text(errors="replace") if self.logs[node].is_file() else ""
+
+    def finish(self, timeout: float) -> tuple[list[str], int]:
+        """(each node's log, the launch's exit code), the log files removed. As torchrun does, the first rank to
+        fail ends the others (alone, they would wait in a collective until its timeout) and the launch exits 1;
+        a one-process launch exits with its process's code."""
+        codes = wait_all(self.ranks, timeout)
+        texts = [self.text(n) for n in range(len(self.logs))]
+        for log in self.logs:
+            log.unlink(missing_ok=True)
+        failed = [c for c in codes if c != 0]
+        return texts, (0 if not failed else failed[0] if len(self.ranks) == 1 else 1)
+
+
+def fork(argv: list[str], nproc: int = 1, nnodes: int = 1, module: str | None = None, script: str | None = None,
+         cwd: Path | None = None, env: dict[str, str] | None = None) -> Forked:
+    """Start every rank of a launch (`module` or `script` with `argv`) by forking the warm parent, each with
+    torchrun's rank environment (and `env` over it); one process alone gets plain python's environment."""
     client = warm_parent.client(clean_env())
     tag = uuid.uuid4().hex[:8]
     logs = [client.folder / f"{tag}-node{n}.log" for n in range(nnodes)]
     port = rendezvous_port()
-    children = [client.start(argv, rank_env(nproc, nnodes, n, r, port) if nproc * nnodes > 1 else node_env(1, 0),
-                             cwd, logs[n], module=module) for n in range(nnodes) for r in range(nproc)]
-    codes = wait_all(children, timeout)
-    texts = [log.read_text(errors="replace") if log.is_file() else "" for log in logs]
-    for log in logs:
-        log.unlink(missing_ok=True)
-    failed = [c for c in codes if c != 0]
-    return texts, (0 if not failed else failed[0] if len(children) == 1 else 1)
+    ranks = [client.start(argv, {**(rank_env(nproc, nnodes, n, r, port) if nproc * nnodes > 1 else node_env(1, 0)),
+                                 **(env or {})}, cwd or Path.cwd(), logs[n], module=module, script=script)
+             for n in range(nnodes) for r in range(nproc)]
+    return Forked(ranks, logs)
 
 
 def wait_all(children: list[warm_parent.Child], timeout: float) -> list[int]:
-    """Their exit codes; on the first failure (or past `timeout`) the others are killed."""
+    """Their exit codes; on the first failure (or past `timeout`) the others are killed (-9)."""
     deadline = time.monotonic() + timeout
     while any(c.poll() is None for c in children):
-        if time.monotonic() > deadline or any(c.poll() not in (None, 0) for c in children):
+        timed_out = time.monotonic() > deadline
+        if timed_out or any(c.poll() not in (None, 0) for c in children):
             for c in children:
                 c.kill()
             for c in children:
                 c.done.wait(30)
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(f"forked ranks of {len(children)}", timeout)
+            if timed_out:
+                raise subprocess.TimeoutExpired(f"{len(children)} forked ranks", timeout)
             break
-        children[0].done.wait(0.2)
+        next(c for c in children if c.poll() is None).done.wait(0.2)
     return [c.poll() if c.poll() is not None else -9 for c in children]
 
 
@@ -166,7 +184,7 @@ def train(out_dir: Path, flags: list[str], nproc: int = 1, nnodes: int = 1, time
                           str(rendezvous_port()), *launchers[0][1:]]]
         logs, code = launch(launchers, nnodes, timeout)
     else:
-        logs, code = fork_ranks("workshop.training.train", train_flags, nproc, nnodes, Path.cwd(), timeout)
+        logs, code = fork(train_flags, nproc, nnodes, module="workshop.training.train").finish(timeout)
     log = "\n".join(logs)
     (out_dir / "job.log").write_text(log)
     return Run(out_dir, log, code, tuple(logs))
