@@ -2,9 +2,9 @@
 weekly profile (torchtitan's CI keeps a time budget per test).
 
 Measured in CPU-seconds (this pytest process and the processes it waited for: training ranks, launchers,
-kernels, nbgrader; and the ranks tests/warm_parent.py forked, by `add_cpu`), not wall time: a loaded 2-core machine stretches wall time by a factor of two or more
-(the suite took 1,239 s quiet and 1,519 s with one core kept busy on 2026-11-29, 3,531 s on a worse day), while
-the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd's child, not ours: a test that
+kernels, nbgrader; and the ranks tests/warm_parent.py forked, by `add_cpu`), not wall time: a loaded 2-core
+machine stretches wall time by a factor of two or more (the suite took 1,239 s quiet and 1,519 s with one core
+kept busy on 2026-11-29, 3,531 s on a worse day), while the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd's child, not ours: a test that
 waits for the cluster costs what its own processes cost.
 
 What a test costs (`own`): the setup of its function-scoped fixtures and its call (what the budget checks; the

@@ -1,7 +1,8 @@
 """What notebooks 02 and 05 say about FSDP2's communication, measured with real torch.distributed
 processes on gloo: the course's tiny BLOOM, wrapped as notebook 02's `shard_model`, trained two steps on 4
-processes on 2 "nodes" of 2 (forked ranks with the environment two torchruns give them, tests/runs.py; the launch
-itself, two torchruns meeting at a c10d rendezvous, is tests/test_training.py's two-node test), tests/collectives_worker.py.
+processes on 2 "nodes" of 2 (tests/collectives_worker.py; forked ranks with the environment two torchruns give
+them, tests/runs.py; the launch itself, two torchruns meeting at a c10d rendezvous, is tests/test_training.py's
+two-node test).
 
 Measured: which collectives each strategy runs, over which ranks, how many bytes, how often, and on which
 launcher each rank ran. The bytes that cross between nodes follow from those by NCCL's ring (each rank

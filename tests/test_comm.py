@@ -22,7 +22,7 @@ from workshop.training import comm_trace
 from workshop.training.comm_recorder import choose_step, summarize
 
 PROBE = Path(__file__).with_name("comm_probe.py")
-# the tests that read the probe are `slow` too: it is a 2-process job (~8 s of CPU)
+# the tests that read the probe are `slow` too: it is a 2-rank run (forked from the warm parent, tests/runs.py)
 probe_test = pytest.mark.slow
 
 

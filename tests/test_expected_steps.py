@@ -1,7 +1,7 @@
 """`counted_steps.expected_steps`, the reference answer notebook 04 grades step counts with, in the cases
 that do not divide evenly: worked by hand here, and compared with the optimizer steps that the Hugging
-Face Trainer itself takes on 2 real ranks (torchrun, gloo). A rule that disagrees with the Trainer
-fails a student who counted right."""
+Face Trainer itself takes on 2 real ranks (gloo; forked as torchrun would start them, tests/runs.py). A rule
+that disagrees with the Trainer fails a student who counted right."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Notebook 02-04's exercises run what the student wrote: real torchrun jobs on gloo, read back from summary.json."""
+"""Notebook 02-04's exercises run what the student wrote: real multi-rank runs on gloo (tests/runs.py), read back from summary.json."""
 
 from __future__ import annotations
 
