@@ -100,6 +100,7 @@ def test_closing_ends_the_parent_and_its_children_and_counts_their_cpu_once(tmp_
     assert client.proc.returncode == 0
     assert not Path(f"/proc/{child.pid}").exists(), "a child outlived its parent"
     assert counted and abs(sum(counted)) < 1e-9, "reaping the parent makes rusage count what add_cpu counted"
+    assert not client.folder.exists(), "its private folder is removed"
 
 
 def test_a_parent_with_threads_refuses_to_fork_and_says_why(tmp_path: Path) -> None:

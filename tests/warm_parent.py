@@ -29,6 +29,7 @@ import ctypes
 import json
 import os
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
@@ -328,7 +329,7 @@ class Client:
         return entry["handle"]
 
     def close(self) -> None:
-        """End the parent (it kills any child still running) and reap it. Reaping adds the parent's whole CPU
+        """End the parent (it kills any child still running), reap it and remove its folder. Reaping adds the parent's whole CPU
         (its start-up and every child) to this process's children's rusage, which `on_cpu` already counted:
         the same amount is taken back, so nothing is counted twice."""
         if self.proc.poll() is None and self.proc.stdin is not None:
@@ -341,6 +342,7 @@ class Client:
         if self.added:
             self.on_cpu(-self.added)
             self.added = 0.0
+        shutil.rmtree(self.folder, ignore_errors=True)
         atexit.unregister(self.close)
 
 
