@@ -140,3 +140,17 @@ def test_two_forked_ranks_form_a_real_gloo_process_group(tmp_path: Path) -> None
         assert [(tmp_path / f"rank{r}.log").read_text() for r in range(2)] == ["rank 0 of 2: 3\n", "rank 1 of 2: 3\n"]
     finally:
         client.close()
+
+
+def test_cpu_the_warm_parent_reports_counts_in_the_suites_profile() -> None:
+    """suite_profile.cpu_now() (every test's and shared run's cost) includes what add_cpu reported: the forked
+    ranks' CPU, which rusage shows only when the parent is reaped, at exit; a negative amount takes it back."""
+    from tests import suite_profile
+
+    before = suite_profile.cpu_now()
+    suite_profile.add_cpu(100.0)
+    try:
+        assert 100.0 <= suite_profile.cpu_now() - before < 101.0
+    finally:
+        suite_profile.add_cpu(-100.0)
+    assert suite_profile.cpu_now() - before < 1.0
