@@ -14,6 +14,8 @@ and `accelerate()` always): one real torchrun launch per contract --
 - tests/test_accelerate_launch.py: the accelerate twins (accelerate launch against torchrun, `launcher` read back);
 - tests/test_diagnose.py: test_a_real_run_diagnoses_clean (torchrun's own log lines diagnose clean; one run shared
   with the twins);
+- tests/test_tables.py: the two tests that parse two torchruns' output as one log or as `srun --label` writes it
+  (the two-node run above, shared);
 - tests/test_collectives.py (two torchruns at a c10d rendezvous, its own launcher), tests/test_bandwidth.py (the
   bandwidth self-test is a torchrun command), tests/test_hung_rank.py and the course (local-backend jobs run their
   batch script, torchrun included), the README's and docs' torchrun lines (tests/test_docs_commands.py).
