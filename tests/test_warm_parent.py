@@ -154,3 +154,14 @@ def test_cpu_the_warm_parent_reports_counts_in_the_suites_profile() -> None:
     finally:
         suite_profile.add_cpu(-100.0)
     assert suite_profile.cpu_now() - before < 1.0
+
+
+def test_a_warning_the_parents_imports_raised_shows_again_in_a_child(tmp_path: Path) -> None:
+    (tmp_path / "warns.py").write_text("import warnings\n\ndef f():\n    warnings.warn('seen once per place')\n\nf()\n")
+    (tmp_path / "child.py").write_text("import warns\nwarns.f()\n")
+    client = Client({**clean_env(), "PYTHONPATH": str(tmp_path)}, modules=("warns",))
+    try:
+        assert client.start([], {}, tmp_path, tmp_path / "c.log", script=str(tmp_path / "child.py")).wait(60) == 0
+        assert "seen once per place" in (tmp_path / "c.log").read_text()
+    finally:
+        client.close()

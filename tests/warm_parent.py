@@ -99,6 +99,7 @@ def run_child(req: Mapping[str, Any], keep: Sequence[int]) -> None:
         os.close(null)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
+        fresh_warnings()
         os.environ.clear()
         os.environ.update(req["env"])
         os.chdir(req["cwd"])
@@ -106,12 +107,22 @@ def run_child(req: Mapping[str, Any], keep: Sequence[int]) -> None:
     except BaseException:  # noqa: BLE001 - whatever happens, the child must end here, never in the parent's loop
         traceback.print_exc()
     finally:
-        for stream in (sys.stdout, sys.stderr):
+        for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):   # a handler may hold the originals
             try:
                 stream.flush()
             except Exception:  # noqa: BLE001
                 pass
         os._exit(code)
+
+
+def fresh_warnings() -> None:
+    """A warning the parent's imports raised once is shown again, as a fresh process would show it: the per-module
+    registries are dropped when the filters change (an appended catch-all `default` is what no filter matching
+    already means), and the `once` registry is emptied."""
+    import warnings
+
+    warnings.onceregistry.clear()
+    warnings.simplefilter("default", append=True)
 
 
 def _run_main(runpy: Any, req: Mapping[str, Any]) -> int:
