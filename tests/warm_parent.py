@@ -220,8 +220,11 @@ def serve(reply_fd: int, modules: Sequence[str]) -> None:
     """The parent's main: import, check, say ready with the start-up's CPU, serve until stdin ends."""
     import resource
 
+    import gc
+
     _die_with_parent()
     preload(modules)
+    gc.freeze()   # the imports' objects out of the collector's reach: a child's collections do not copy their pages
     usage = resource.getrusage(resource.RUSAGE_SELF)
     parent = Parent(reply_fd)
     parent.send(ready=True, threads=threads(), cpu_s=usage.ru_utime + usage.ru_stime)
