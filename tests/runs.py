@@ -20,8 +20,13 @@ and `accelerate()` always): one real torchrun launch per contract --
   bandwidth self-test is a torchrun command), tests/test_hung_rank.py and the course (local-backend jobs run their
   batch script, torchrun included), the README's and docs' torchrun lines (tests/test_docs_commands.py).
 
-`WORKSHOP_TEST_FORK=off` starts every rank the old way (plain python for one process, torchrun for more): a
-comparison, or a way round should forking ever misbehave.
+Forked too, their promise being the numbers, not the launch: tests/test_accelerate_launch.py's two-node twin
+(the accelerate job against the config's run; the twin above holds accelerate launch against torchrun), and the
+direct launches of test_comm's probe, test_collectives, test_expected_steps, test_resume's USR1 stop,
+test_fsdp_exercises' wrong world and test_fp16_reduce (`fork`).
+
+`WORKSHOP_TEST_FORK=off` makes `train()` start its ranks the old way (plain python for one process, torchrun for
+more): a comparison, or a way round should forking ever misbehave; `fork()`'s callers always fork.
 """
 
 from __future__ import annotations
