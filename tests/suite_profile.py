@@ -2,9 +2,9 @@
 weekly profile (torchtitan's CI keeps a time budget per test).
 
 Measured in CPU-seconds (this pytest process and the processes it waited for: training ranks, launchers,
-kernels, nbgrader), not wall time: a loaded 2-core machine stretches wall time by a factor of two or more
-(the suite took 1,239 s quiet and 1,519 s with one core kept busy on 2026-11-29, 3,531 s on a worse day), while
-the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd's child, not ours: a test that
+kernels, nbgrader; and the ranks tests/warm_parent.py forked, by `add_cpu`), not wall time: a loaded 2-core
+machine stretches wall time by a factor of two or more (the suite took 1,239 s quiet and 1,519 s with one core
+kept busy on 2026-11-29, 3,531 s on a worse day), while the CPU a test's own work needs moves far less. A job that Slurm runs is slurmd's child, not ours: a test that
 waits for the cluster costs what its own processes cost.
 
 What a test costs (`own`): the setup of its function-scoped fixtures and its call (what the budget checks; the
@@ -38,10 +38,21 @@ import pytest
 BUDGET_CPU_S = float(os.environ.get("WORKSHOP_TEST_BUDGET_CPU_S", "400"))   # the env: for tests/test_suite_profile.py
 
 
+_ADDED_CPU_S = [0.0]    # CPU of processes that are not this process's children (add_cpu)
+
+
 def cpu_now() -> float:
-    """CPU-seconds of this process and of every child it has waited for (grandchildren waited by them count)."""
+    """CPU-seconds of this process and of every child it has waited for (grandchildren waited by them count), and
+    of the processes `add_cpu` reported."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + _ADDED_CPU_S[0]
+
+
+def add_cpu(seconds: float) -> None:
+    """Count CPU that rusage cannot see yet: a training rank forked by tests/warm_parent.py is the warm parent's
+    child, not pytest's, and the parent is reaped only when pytest exits. The running test, fixture or shared run
+    is charged with it as with its own children; a negative amount takes back what rusage now counts itself."""
+    _ADDED_CPU_S[0] += seconds
 
 
 @dataclass

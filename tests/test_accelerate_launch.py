@@ -141,7 +141,7 @@ def applied(summary: dict) -> dict:
 def test_the_yaml_alone_decides_the_strategy_and_the_run_matches_its_torchrun_twin(runs: RunCache, tmp_path: Path) -> None:
     """By hand, as a seed user: the flags say nothing of FSDP; the YAML asks for FULL_SHARD on 2 processes.
     The run applies it, and its wrapping and losses are the torchrun twin's (CPU, fp32: equal)."""
-    twin = runs.get("--sharding", "full_shard", nproc=2).summary
+    twin = runs.get("--sharding", "full_shard", nproc=2, torchrun=True).summary   # a real torchrun launch
     run = accelerate(tmp_path / "run", to_yaml(load_config(overrides=dict(sharding="full_shard", procs_per_node=2))),
                      [], nproc=2)
     mine = run.summary

@@ -1,6 +1,8 @@
 """What notebooks 02 and 05 say about FSDP2's communication, measured with real torch.distributed
 processes on gloo: the course's tiny BLOOM, wrapped as notebook 02's `shard_model`, trained two steps on 4
-processes launched as 2 "nodes" of 2 (two torchruns meeting at a c10d rendezvous, tests/collectives_worker.py).
+processes on 2 "nodes" of 2 (tests/collectives_worker.py; forked ranks with the environment two torchruns give
+them, tests/runs.py; the launch itself, two torchruns meeting at a c10d rendezvous, is tests/test_training.py's
+two-node test).
 
 Measured: which collectives each strategy runs, over which ranks, how many bytes, how often, and on which
 launcher each rank ran. The bytes that cross between nodes follow from those by NCCL's ring (each rank
@@ -11,13 +13,11 @@ notebook's reference: the test holds that reference to the measured collectives.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.runs import TORCHRUN, clean_env
-from workshop.slurm.ports import rendezvous_port
+from tests.runs import fork
 from workshop.grading import traffic
 
 pytestmark = pytest.mark.slow
@@ -26,14 +26,8 @@ WORKER = Path(__file__).with_name("collectives_worker.py")
 
 def two_nodes(out: Path) -> dict[str, list[dict]]:
     """Per strategy, every rank's record (rank 0 first), from one launch of two "nodes"."""
-    port = rendezvous_port()
-    launchers = [subprocess.Popen([*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "2", "--rdzv-backend", "c10d",
-                                   "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"collectives-{port}",
-                                   str(WORKER), str(out)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
-                 for _ in range(2)]
-    logs = [p.communicate(timeout=600)[0] for p in launchers]
-    assert all(p.returncode == 0 for p in launchers), "\n".join(log[-3000:] for log in logs)
+    logs, rc = fork([str(out)], nproc=2, nnodes=2, script=str(WORKER)).finish(600)
+    assert rc == 0, "\n".join(log[-3000:] for log in logs)
     return {s: [json.loads((out / f"{s}-rank{r}.json").read_text()) for r in range(4)]
             for s in ("full_shard", "hybrid_shard")}
 

@@ -10,31 +10,27 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.runs import TORCHRUN, RunCache, clean_env
-from workshop.slurm.ports import rendezvous_port
+from tests.runs import RunCache, fork
 from workshop.comm import model as comm
 from workshop.results.logs import ParsedLog
 from workshop.training import comm_trace
 from workshop.training.comm_recorder import choose_step, summarize
 
 PROBE = Path(__file__).with_name("comm_probe.py")
-# the tests that read the probe are `slow` too: it is a 2-process job (~8 s of CPU)
+# the tests that read the probe are `slow` too: it is a 2-rank run (forked from the warm parent, tests/runs.py)
 probe_test = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("comm-probe")
-    cmd = [*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(rendezvous_port()),
-           str(PROBE), str(out)]
-    done = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=300)
-    assert (out / "done-0.json").is_file() and (out / "done-1.json").is_file(), done.stdout[-3000:] + done.stderr[-3000:]
+    (log,), _ = fork([str(out)], nproc=2, script=str(PROBE)).finish(300)     # 2 ranks forked (tests/runs.py)
+    assert (out / "done-0.json").is_file() and (out / "done-1.json").is_file(), log[-6000:]
     return out
 
 

@@ -103,5 +103,5 @@ def test_diagnose_never_crashes(text: str) -> None:
 
 @pytest.mark.slow
 def test_a_real_run_diagnoses_clean(runs) -> None:  # noqa: ANN001
-    run = runs.get("--sharding", "full_shard", nproc=2)
+    run = runs.get("--sharding", "full_shard", nproc=2, torchrun=True)   # torchrun's own lines in the log too
     assert diagnose(run.out_dir) == [] and main([str(run.out_dir / "job.log")]) == 0

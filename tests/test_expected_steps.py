@@ -1,19 +1,17 @@
 """`counted_steps.expected_steps`, the reference answer notebook 04 grades step counts with, in the cases
 that do not divide evenly: worked by hand here, and compared with the optimizer steps that the Hugging
-Face Trainer itself takes on 2 real ranks (torchrun, gloo). A rule that disagrees with the Trainer
-fails a student who counted right."""
+Face Trainer itself takes on 2 real ranks (gloo; forked as torchrun would start them, tests/runs.py). A rule
+that disagrees with the Trainer fails a student who counted right."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.runs import TORCHRUN, clean_env
-from workshop.slurm.ports import rendezvous_port
+from tests.runs import fork
 from workshop.training.counted_steps import expected_steps
 
 # (train_size, epochs, batch_size, grad_acc, world_size) -> steps, by hand:
@@ -80,17 +78,15 @@ PROBE = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_the_trainer_takes_the_steps_the_rule_predicts(tmp_path: Path) -> None:
-    """One torchrun of 2 processes runs each case through a real Trainer (a 2-parameter model: the
+    """2 processes (forked ranks, tests/runs.py) run each case through a real Trainer (a 2-parameter model: the
     step count depends on the data and the batch, not on the model)."""
     script = tmp_path / "probe.py"
     script.write_text(PROBE)
     cases = {name: args for name, (args, _) in CASES.items()}
     assert {args[4] for args in cases.values()} == {2}
-    proc = subprocess.run([*TORCHRUN, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port",
-                           str(rendezvous_port()), str(script), json.dumps(cases), str(tmp_path / "out")],
-                          capture_output=True, text=True, env=clean_env(), timeout=600)
-    line = next((x for x in proc.stdout.splitlines() if x.startswith("STEPS ")), None)
-    assert proc.returncode == 0 and line, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (log,), rc = fork([json.dumps(cases), str(tmp_path / "out")], nproc=2, script=str(script)).finish(600)
+    line = next((x for x in log.splitlines() if x.startswith("STEPS ")), None)
+    assert rc == 0 and line, log[-6000:]
     trainer = json.loads(line.removeprefix("STEPS "))
     for name, (args, steps) in CASES.items():
         assert trainer[name] == [steps, steps], (name, trainer[name])

@@ -1,12 +1,10 @@
 """fp16 sites reduce gradients in fp32 in the course's own fully_shard path (issue #35, item 2): a
 student's function whose units would reduce-scatter in fp16 stops the job with the fix; the same
-function with reduce_dtype=torch.float32 runs. One process (gloo, world size 1) in a subprocess, so
-that no process group outlives the test. The Trainer's path is tests/test_gpu_paths.py's fp16 run."""
+function with reduce_dtype=torch.float32 runs. One process (gloo, world size 1), forked from the warm
+parent (tests/runs.py), so that no process group outlives the test. The Trainer's path is tests/test_gpu_paths.py's fp16 run."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -52,16 +50,16 @@ STUDENT = textwrap.dedent('''
 
 
 def test_a_students_units_reducing_in_fp16_stop_an_fp16_job(tmp_path: Path) -> None:
-    from tests.runs import clean_env
+    from tests.runs import fork
     from workshop.slurm.ports import rendezvous_port
 
     student = tmp_path / "student.py"
     student.write_text(STUDENT)
+    (tmp_path / "job.py").write_text(SCRIPT)
     root = Path(__file__).resolve().parents[1]
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(student), str(rendezvous_port())], cwd=root, env=clean_env(),
-                          capture_output=True, text=True, timeout=240)
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("fp16_reduce", "fp32_reduce"))]
-    assert len(lines) == 2, done.stdout[-2000:] + done.stderr[-3000:]
+    (log,), _ = fork([str(student), str(rendezvous_port())], script=str(tmp_path / "job.py"), cwd=root).finish(240)
+    lines = [ln for ln in log.splitlines() if ln.startswith(("fp16_reduce", "fp32_reduce"))]
+    assert len(lines) == 2, log[-5000:]
     # the two blocks; the root holds no parameter of its own (Net has none outside the blocks), so no group
     assert lines[0].startswith("fp16_reduce refused:") and "2 unit(s) reducing gradients in fp16" in lines[0]
     assert "reduce_dtype=torch.float32" in lines[0]

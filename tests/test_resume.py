@@ -10,50 +10,37 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.runs import BASE_FLAGS, TORCHRUN, clean_env, train
-from workshop.slurm.ports import rendezvous_port
+from tests.runs import BASE_FLAGS, fork, train
 from workshop.training.config import ConfigError, RunConfig, load_config
 
 FLAGS = ["--sharding", "full_shard"]
 
 
-def _workers(torchrun_pid: int) -> list[int]:
-    """torchrun's worker processes (its children running workshop.training.train)."""
-    out = []
-    for task in Path(f"/proc/{torchrun_pid}/task").iterdir():
-        for pid in (task / "children").read_text().split():
-            if b"workshop.training.train" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                out.append(int(pid))
-    return sorted(out)
-
-
 def stop_with_usr1(out_dir: Path, after_step: int, nproc: int = 2) -> tuple[str, int]:
-    """Start the run, and once the log shows `after_step`, send USR1 to the last worker only."""
+    """Start the run (its ranks forked as torchrun would start them, tests/runs.py), and once the log shows
+    `after_step`, send USR1 to the last rank only."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [*TORCHRUN, "--nproc-per-node", str(nproc), "--master-addr", "127.0.0.1", "--master-port",
-           str(rendezvous_port()), "-m", "workshop.training.train", *BASE_FLAGS, *FLAGS, "--output-dir", str(out_dir),
-           "--procs-per-node", str(nproc)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=clean_env())
-    lines: list[str] = []
+    launch = fork([*BASE_FLAGS, *FLAGS, "--output-dir", str(out_dir), "--procs-per-node", str(nproc)], nproc=nproc,
+                  module="workshop.training.train")
+    reached = re.compile(rf"^\[workshop\] step {after_step}/", re.M)
     sent = False
     deadline = time.monotonic() + 300
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        lines.append(line)
-        if not sent and line.startswith(f"[workshop] step {after_step}/"):
-            os.kill(_workers(proc.pid)[-1], signal.SIGUSR1)
+    while not sent and time.monotonic() < deadline and all(r.poll() is None for r in launch.ranks):
+        if reached.search(launch.text()):
+            os.kill(launch.ranks[-1].pid, signal.SIGUSR1)
             sent = True
-        assert time.monotonic() < deadline, "".join(lines[-50:])
-    proc.wait(timeout=60)
-    assert sent, "the run never reached step %d:\n%s" % (after_step, "".join(lines[-50:]))
-    return "".join(lines), proc.returncode
+        else:
+            time.sleep(0.1)
+    (log,), rc = launch.finish(max(1.0, deadline - time.monotonic()))
+    assert sent, "the run never reached step %d:\n%s" % (after_step, log[-5000:])
+    return log, rc
 
 
 @pytest.fixture(scope="module")

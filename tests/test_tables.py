@@ -158,7 +158,7 @@ def test_multinode_matches_our_bandwidth_test_by_rank_count() -> None:
 def test_tables_from_real_runs_in_this_session(runs) -> None:  # noqa: ANN001
     """The shared real runs (made by tests/runs.py): one node x 2 and two nodes x 1, full_shard."""
     one = runs.get("--sharding", "full_shard", nproc=2)
-    two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
+    two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2, torchrun=True)   # two torchruns' own output
     base = tables.baseline_table([one.out_dir]).iloc[0]
     assert base["mean_train_loss"] == one.summary["train_loss"]
     # Two torchruns' output in one log: every record counted once.
@@ -193,7 +193,7 @@ def test_two_nodes_printing_the_same_metrics_give_global_rank_0s(runs, rank0_tas
     be on either task: the task that printed the rank-0 lines (WORKSHOP_*, `[workshop]`) is the one read."""
     from workshop.results.logs import parse_text as parse
 
-    two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2)
+    two = runs.get("--sharding", "full_shard", nproc=1, nnodes=2, torchrun=True)   # two torchruns' own output
     rank0 = next(x for x in two.node_logs if "WORKSHOP_SUMMARY" in x)   # only global rank 0 prints it
     other = next(x for x in two.node_logs if x is not rank0)
     tasks = ((rank0_task, rank0), (1 - rank0_task, other))

@@ -78,7 +78,7 @@ def test_throughput_counts_the_steady_steps_only(runs: RunCache) -> None:
 
 def test_two_node_launch_matches_ddp_at_2_ranks(runs: RunCache) -> None:
     ddp = eval_losses(runs, "--sharding", "ddp")
-    two_nodes = runs.get("--sharding", "full_shard", nproc=1, nnodes=2).summary
+    two_nodes = runs.get("--sharding", "full_shard", nproc=1, nnodes=2, torchrun=True).summary   # c10d rendezvous
     assert two_nodes["nodes"] == 2 and two_nodes["world_size"] == 2
     assert sorted(set(two_nodes["hosts"])) == ["node1", "node2"]     # two distinct nodes, one rank each
     assert two_nodes["eval_losses"] == pytest.approx(ddp, rel=RTOL)
