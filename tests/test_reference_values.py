@@ -39,8 +39,29 @@ def test_a_reference_that_moved_is_named_with_the_fix(tmp_path: Path, monkeypatc
 
 
 def test_a_case_the_table_lacks_names_the_command_that_writes_it() -> None:
-    with pytest.raises(KeyError, match=r"python -m workshop\.grading\.references --write --profile"):
+    with pytest.raises(KeyError, match=r"python -m workshop\.grading\.references --profile"):
         references.memory_mb("bloom-3b", "full_shard", 5, "bf16", "cuda")
+
+
+def test_a_sites_own_profile_gets_its_rows_beside_the_committed_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """A site's profile (here: the local one with bf16 and a batch of 3, which no shipped profile runs) misses
+    notebook 03's ranking until the course run or grading writes its rows; the committed table is left as it is."""
+    profile = tmp_path / "our-site.toml"
+    profile.write_text((ROOT / "workshop/slurm/files/profiles/local.toml").read_text()
+                       .replace('name = "local"', 'name = "our-site"').replace("batch_size = 2", "batch_size = 3")
+                       + '\n[run.strategies]\nprecision = "bf16"\n')
+    monkeypatch.setattr(references, "SITE_FILE", tmp_path / "reference_values.site.json")
+    committed = references.VALUES_FILE.read_text()
+    configs = {run: step_config(spec["step"], load_profile(profile), {k: v for k, v in spec.items() if k != "step"})
+               for run, spec in references.strategy_runs().items()}
+    with pytest.raises(KeyError, match="--profile"):
+        references.peak_ranking(configs)
+    references.rows_for_the_sites([str(profile)])
+    assert "wrote the hidden tests' references" in capsys.readouterr().out
+    assert references.peak_ranking(configs) == sorted(configs, key=lambda run: estimate_config(configs[run]).peak)
+    assert references.VALUES_FILE.read_text() == committed
+    assert references.add_site_rows([str(profile)]) == []                 # written once
 
 
 @pytest.mark.parametrize("name", available())
