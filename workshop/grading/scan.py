@@ -137,7 +137,6 @@ REFERENCE_NAMES: dict[str, str] = {
     "epoch_hours_at": "notebook 01's answer key: an epoch's hours at a throughput",
     "fsdp_state_gib": "notebook 02's answer key: per-GPU model state of a recipe the memory model lacks",
     "fewest_gpus_for": "notebook 02's answer key: the fewest GPUs for a per-GPU budget",
-    "sent_gb_per_step": "notebook 03's answer key: GB one rank sends per optimizer step",
     "node_sent_gb": "notebook 03's answer key: GB one rank sends per step on the 8-GPU node",
 }
 CONSISTENCY = "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)"
