@@ -65,6 +65,18 @@ sent_gb = {s: sum(k["sent_bytes"] for k in comm.predict("bloom-560m", s, 8, prec
                   .by_kind(0).values()) / 1e9 for s in ("ddp", "shard_grad_op", "full_shard")}
 fewer_bytes_than_ddp = [s for s in ("shard_grad_op", "full_shard") if sent_gb[s] < sent_gb["ddp"]]''',
     },
+    "04_multi_gpu": {
+        # the serial fraction fitted from the student's own table (their jobs' samples per second by GPU count, the
+        # numbers the notebook prints) with the rules the reader found: Amdahl's verdict and its fraction
+        "nb04-amdahl": '''
+import workshop.training.fsdp_rules as fsdp_rules
+import json, pathlib
+_rate = {s["world_size"]: s["train_samples_per_s"] for s in (json.loads(p.read_text())
+         for p in pathlib.Path("jobs").glob("multi_gpu-*/run/summary.json"))}
+_ratio, _speedup = max(_rate) / min(_rate), _rate[max(_rate)] / _rate[min(_rate)]
+amdahl_fits = fsdp_rules.amdahl_applies(_speedup, _ratio)
+serial_fraction = fsdp_rules.serial_fraction(_speedup, _ratio) if amdahl_fits else None''',
+    },
     "05_multi_node": {
         "nb05-predict-traffic": '''
 import workshop.comm.traffic as traffic

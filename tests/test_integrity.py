@@ -289,20 +289,22 @@ def test_code_shipped_beside_the_notebook_is_not_imported_and_is_named(exploits:
 
 def test_a_forged_answer_record_wins_nothing(exploits: tuple[Course, dict]) -> None:
     columns = exploits[1]["victor"]
-    assert_no_points_or_flagged(columns["score"], columns, "publishes display data", "reads `encode_for_training`")
+    # the reference function is no name of his kernel since the hidden test reads the grading room's rows (issue
+    # 48): what he reads of the instructor's is the hidden test's own `unseen`
+    assert_no_points_or_flagged(columns["score"], columns, "publishes display data", "reads `unseen`")
 
 
 def test_the_answer_key_read_from_the_instructors_cells_wins_nothing(exploits: tuple[Course, dict]) -> None:
     """Issue 48: no visible cell computes a reference any more, so the names walter reads from the instructor's
-    cells (`state_reference`, `epoch_hours_reference`) do not exist in his kernel: only what his own table
-    shows and the mask, whose reference function the hidden test imports before calling his `encode`, score
-    in nbgrader; the scan names what he read and the review withholds it."""
+    cells (`state_reference`, `epoch_hours_reference`) do not exist in his kernel, nor, since the hidden test
+    reads the grading room's rows, the mask's reference function: only what his own table shows can score in
+    nbgrader; the scan names the reference-only function he called and the review withholds it."""
     course, rows = exploits
     columns = rows["walter"]
     own_table = sum(v for k, v in course.max_points(A).items()
                     if k in ("nb01-16-test-last-logged-loss", "nb01-18-test-train-samples-per-s"))
     assert columns["score"] <= own_table + course.max_points(A)["nb01-test-mask"] < full(course)
-    assert_no_points_or_flagged(columns["score"], columns, "reads `encode_for_training`", "withheld: it ran after")
+    assert_no_points_or_flagged(columns["score"], columns, "uses `encode_for_training`", "withheld: it ran after")
 
 
 def test_debugging_modules_used_to_reach_the_namespace_win_nothing(exploits: tuple[Course, dict]) -> None:

@@ -7,6 +7,7 @@ from the checkout."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -25,6 +26,36 @@ MOVED_REFERENCES = {"workshop.training.fsdp_rules": "workshop.grading.fsdp_rules
                     "workshop.comm.traffic": "workshop.grading.traffic",
                     "workshop.training.consistency": "workshop.grading.consistency"}
 DEV_SITE = Path(sys.prefix) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def hidden_test_imports() -> dict[str, set[str]]:
+    """Every module a hidden test block of solutions/ imports (`### BEGIN HIDDEN TESTS` ... `END`), with the cells
+    that import it: read from the notebooks, so that a hidden test added tomorrow is counted too."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = "".join(cell["source"])
+            for block in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", source, flags=re.S):
+                for node in ast.walk(ast.parse(block)):
+                    names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                             else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                    for name in names:
+                        found.setdefault(name, set()).add(cell.get("id", path.name))
+    return found
+
+
+def test_hidden_tests_import_the_grading_room_and_plain_python_only() -> None:
+    """What a hidden test compares against lives where grading runs: a module of the course's package a hidden test
+    imports is one the student's install leaves out (checked there, below); anything else is Python's own."""
+    imports = hidden_test_imports()
+    assert imports, "no hidden test imports anything: the parse above is broken"
+    other = {m: sorted(c) for m, c in imports.items()
+             if m.split(".")[0] != "workshop" and m.split(".")[0] not in sys.stdlib_module_names}
+    assert other == {}
+    student = {m: sorted(c) for m, c in imports.items() if m.split(".")[0] == "workshop"
+               and not (m == "workshop.grading" or m.startswith("workshop.grading."))}
+    assert student == {}, "a hidden test imports a module the student's install holds: put its reference in " \
+                          "workshop/grading/references.py (python -m workshop.grading.references --write)"
 
 
 def course_copy(tmp_path: Path) -> Path:
@@ -90,6 +121,9 @@ def test_the_students_install_as_bloom_env_yml_writes_it(tmp_path: Path) -> None
         for path, missing in ((old, old), (new, "workshop.grading")):
             ref = subprocess.run([python, "-c", f"import {path}"], cwd=tmp_path, capture_output=True, text=True)
             assert ref.returncode == 1 and f"ModuleNotFoundError: No module named '{missing}'" in ref.stderr, path
+    for module in sorted(m for m in hidden_test_imports() if m.split(".")[0] == "workshop"):   # item 1, to the letter
+        ref = subprocess.run([python, "-c", f"import {module}"], cwd=tmp_path, capture_output=True, text=True)
+        assert ref.returncode == 1 and "ModuleNotFoundError: No module named 'workshop.grading" in ref.stderr, module
     ran = subprocess.run([python, "-c", "import workshop.slurm.profiles as p; print(p.__file__); print(p.TEMPLATES_DIR);"
                           "print(p.load_profile('ci').source)"], cwd=tmp_path, capture_output=True, text=True)
     assert ran.returncode == 0, ran.stderr

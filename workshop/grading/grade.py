@@ -39,9 +39,11 @@ from typing import Any
 from nbconvert.preprocessors import Preprocessor
 from traitlets import Bool
 
+from workshop.grading import references
 from workshop.grading.integrity import UNREVIEWED, review
 from workshop.grading.ipc_kernel import use_ipc_for_async_kernels
 from workshop.grading.release import course_gradebook, nbgrader_config, venv_on_path
+from workshop.student.lab import saved_profile
 
 # `verified_score`, `flags` (how many findings) and `flag_reasons` (one sentence each) come from the
 # independent review (workshop.grading.integrity) and from what this module sees of the submission's folder
@@ -316,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sub.student}/{sub.assignment}: {line}", flush=True)
     ready = [s for s in subs if not s.error]
     if ready and not args.skip_autograde:
+        references.rows_for_the_sites(saved_profile(s.folder / "jobs") for s in ready)   # a site's own profile
         enter_students(db, {s.student for s in ready})
         run_all(autograde_one, ready, root, db, args.jobs, "autograde")
     ready = [s for s in ready if not s.error]

@@ -137,7 +137,6 @@ REFERENCE_NAMES: dict[str, str] = {
     "epoch_hours_at": "notebook 01's answer key: an epoch's hours at a throughput",
     "fsdp_state_gib": "notebook 02's answer key: per-GPU model state of a recipe the memory model lacks",
     "fewest_gpus_for": "notebook 02's answer key: the fewest GPUs for a per-GPU budget",
-    "sent_gb_per_step": "notebook 03's answer key: GB one rank sends per optimizer step",
     "node_sent_gb": "notebook 03's answer key: GB one rank sends per step on the 8-GPU node",
 }
 CONSISTENCY = "the runs' loss tolerance notebooks 03 and 05 grade with (workshop.grading.consistency)"
@@ -156,6 +155,7 @@ REFERENCE_MODULES: dict[str, str] = {
     "workshop.student.runs": REFERENCE_NAMES["STATIC_RUNS"],
     "workshop.site.budget": REFERENCE_NAMES["STATIC_RUNS"],
     "workshop.grading.answer_key": REFERENCE_NAMES["answer_key"],
+    "workshop.grading.references": "the hidden tests' reference values (workshop.grading.references)",
 }
 # Lesson tools that give the memory model's answer for any case asked: fine in a cell, not inside a
 # function the tests call on cases of their own

@@ -435,11 +435,10 @@ def _fsdp(bd: Breakdown, step: _Step, sharding: str, n: int, precision: str, off
         bd.peak = stored + optim + max(at_start, bd.grads + at_end)
 
 
-def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None,
-                    answer_tokens: int | None = None) -> Breakdown:
-    """The prediction for a RunConfig (or its resolved dict from run_args.json); `batch_shape`
-    (micro-batch, sequence length) is what a measured step trained on (summary.json's
-    tensor_mem_mb_per_rank[r]["batch_shape"]; dynamic padding makes it shorter than max_length)."""
+def estimate_args(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None,
+                  answer_tokens: int | None = None) -> tuple[Any, ...]:
+    """`estimate`'s arguments for a RunConfig (or its resolved dict): what a prediction of that run depends on,
+    so that a table of predictions made elsewhere (the grader's references) can be keyed by the same tuple."""
     get = (lambda k, d=None: cfg.get(k, d)) if isinstance(cfg, dict) else (lambda k, d=None: getattr(cfg, k, d))
     world = get("world_size") or int(get("nodes", 1)) * int(get("procs_per_node", 1))
     sharding = get("sharding", "none")
@@ -448,9 +447,17 @@ def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = 
     global_batch = int(get("global_batch", 0) or 0)
     grad_acc = max(1, global_batch // (int(get("batch_size", 1)) * int(world))) if global_batch else int(get("grad_acc", 1) or 1)
     device = "cpu" if get("device", "auto") == "cpu" else "cuda"   # "auto" on a course site: its GPUs
-    return estimate(get("model", "tiny"), sharding, int(world), get("precision", "fp32"), int(batch), int(seq),
-                    bool(get("offload", False)), bool(get("activation_checkpointing", False)), int(replicas or 1),
-                    grad_acc, device, get("loss", "full") or "full", answer_tokens)
+    return (get("model", "tiny"), sharding, int(world), get("precision", "fp32"), int(batch), int(seq),
+            bool(get("offload", False)), bool(get("activation_checkpointing", False)), int(replicas or 1),
+            grad_acc, device, get("loss", "full") or "full", answer_tokens)
+
+
+def estimate_config(cfg: Any, batch_shape: tuple[int, int] | list[int] | None = None,
+                    answer_tokens: int | None = None) -> Breakdown:
+    """The prediction for a RunConfig (or its resolved dict from run_args.json); `batch_shape`
+    (micro-batch, sequence length) is what a measured step trained on (summary.json's
+    tensor_mem_mb_per_rank[r]["batch_shape"]; dynamic padding makes it shorter than max_length)."""
+    return estimate(*estimate_args(cfg, batch_shape, answer_tokens))
 
 
 COMPARED = (*CATEGORIES, "peak", *HOST, "unsharded_grads")
