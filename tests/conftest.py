@@ -82,9 +82,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if part not in suite_split.PARTS:
         raise pytest.UsageError(f"WORKSHOP_TEST_PART={part!r}: one of {', '.join(suite_split.PARTS)}, or unset for "
                                 f"every test (tests/suite_split.py)")
-    walls = suite_split.test_walls(suite_split.committed_profile())
-    parts = suite_split.assign([(item.nodeid, getattr(item, "fixturenames", ())) for item in items], walls)
-    keep = [item for item in items if suite_split.selected(part, parts[item.nodeid])]
+    keep = suite_split.keep(part, items)
     kept = {id(item) for item in keep}
     dropped = [item for item in items if id(item) not in kept]
     if dropped:
