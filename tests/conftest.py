@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -20,6 +21,19 @@ CELL_TIMEOUT_S = 240
 def pytest_configure(config: pytest.Config) -> None:
     """The suite's own profile and the per-test CPU budget (tests/suite_profile.py, marker `heavy`)."""
     suite_profile.configure(config)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def dry_run_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache of dry runs for the whole suite (workshop.slurm.fit.shared_cache): the same config dry-run by
+    several tests, or by the course run and then its grading, runs once (13 CPU-s each). scripts/test.sh gives
+    its five processes one folder ($WORKSHOP_DRYRUN_CACHE); a pytest run by hand gets its own. Never the account's
+    ~/.cache: a dry run cached there by an older checkout would stand in for today's."""
+    given = os.environ.get("WORKSHOP_DRYRUN_CACHE")
+    with pytest.MonkeyPatch.context() as patch:
+        folder = Path(given) if given else tmp_path_factory.mktemp("dryrun")
+        patch.setenv("WORKSHOP_DRYRUN_CACHE", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")
