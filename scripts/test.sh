@@ -29,6 +29,8 @@ if [ $# -gt 0 ]; then
 fi
 
 scratch=$(mktemp -d /tmp/workshop-tests.XXXXXX)
+# one cache of dry runs for the five parts (tests/conftest.py's dry_run_cache): a config is dry-run once per suite
+export WORKSHOP_DRYRUN_CACHE="$scratch/dryrun"
 started=$(date +%s)
 # Each part queues its local-backend jobs in its own slot folder (workshop/slurm/local_queue.py): with one
 # folder per user, the course part's jobs held both cores' slots and a job another part timed sat queued.

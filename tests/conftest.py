@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -20,6 +21,19 @@ CELL_TIMEOUT_S = 240
 def pytest_configure(config: pytest.Config) -> None:
     """The suite's own profile and the per-test CPU budget (tests/suite_profile.py, marker `heavy`)."""
     suite_profile.configure(config)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def dry_run_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """One cache of dry runs for the whole suite (workshop.slurm.fit.shared_cache): the same config dry-run by
+    several tests, or by the course run and then its grading, runs once (13 CPU-s each). scripts/test.sh gives
+    its five processes one folder ($WORKSHOP_DRYRUN_CACHE); a pytest run by hand gets its own. Never the account's
+    ~/.cache: a dry run cached there by an older checkout would stand in for today's."""
+    given = os.environ.get("WORKSHOP_DRYRUN_CACHE")
+    with pytest.MonkeyPatch.context() as patch:
+        folder = Path(given) if given else tmp_path_factory.mktemp("dryrun")
+        patch.setenv("WORKSHOP_DRYRUN_CACHE", str(folder))
+        yield folder
 
 
 @pytest.fixture(scope="session")
@@ -82,9 +96,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if part not in suite_split.PARTS:
         raise pytest.UsageError(f"WORKSHOP_TEST_PART={part!r}: one of {', '.join(suite_split.PARTS)}, or unset for "
                                 f"every test (tests/suite_split.py)")
-    walls = suite_split.test_walls(suite_split.committed_profile())
-    parts = suite_split.assign([(item.nodeid, getattr(item, "fixturenames", ())) for item in items], walls)
-    keep = [item for item in items if suite_split.selected(part, parts[item.nodeid])]
+    keep = suite_split.keep(part, items)
     kept = {id(item) for item in keep}
     dropped = [item for item in items if id(item) not in kept]
     if dropped:

@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Sequence, TypeVar
+
+import pytest
+
+Item = TypeVar("Item", bound=pytest.Item)
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "benchmarks" / "cpu"
@@ -85,3 +89,13 @@ def selected(part: str, assigned: str) -> bool:
     """Whether a test assigned to `assigned` runs in the part `part` (`course`, `rest`: both halves)."""
     return (assigned == part or (part == "rest" and assigned in RESTS)
             or (part == "course" and assigned in COURSES))
+
+
+def keep(part: str, items: Sequence[Item]) -> list[Item]:
+    """The collected items `WORKSHOP_TEST_PART=part` runs (tests/conftest.py), packed by the committed profile.
+
+    The one selection the hook and tests/test_suite_split.py's single listing both call: the listing derives every
+    part from one collection, so what it proves is what each part of scripts/test.sh runs."""
+    walls = test_walls(committed_profile())
+    parts = assign([(item.nodeid, getattr(item, "fixturenames", ())) for item in items], walls)
+    return [item for item in items if selected(part, parts[item.nodeid])]

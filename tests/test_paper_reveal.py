@@ -41,6 +41,7 @@ def run_cell(source: str, lab: Lab):
 def lab(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("WORKSHOP_DRYRUN_CACHE", raising=False)    # the account's cache, not the suite's
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
     return Lab("ci", jobs_dir=tmp_path / "jobs", quiet=True)

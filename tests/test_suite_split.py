@@ -56,30 +56,26 @@ def test_the_course_run_is_charged_to_no_test(tmp_path: Path) -> None:
     assert suite_split.test_walls(profile) == {"tests/a.py::one": 9.0}      # its module fixture stays its own
 
 
-def collect(tmp_path: Path) -> dict[str, tuple[list[str], int]]:
-    """Per local part, the node ids `WORKSHOP_TEST_PART=part` runs (as scripts/test.sh selects it) and how many
-    tests the whole collection held before the part was chosen; the three collections side by side."""
+def collect(tmp_path: Path, part: str = "rest1") -> dict[str, tuple[list[str], int]]:
+    """Per local part, the node ids `WORKSHOP_TEST_PART=part` runs and how many tests the whole collection held
+    before the part was chosen: one collection of the suite as scripts/test.sh collects it, every part selected from
+    it as the hook selects (tests/suite_split.py's `keep`, through tests/split_listing.py), and the hook's own
+    selection for `part`, which must be the same."""
     env = {k: v for k, v in os.environ.items() if k not in ("WORKSHOP_TEST_PROFILE", "WORKSHOP_TEST_TIER")}
-    procs = {part: subprocess.Popen([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                                     f"--basetemp={tmp_path / part}", "--ignore=tests/slurm", "tests"],
-                                    cwd=ROOT, env={**env, "WORKSHOP_TEST_PART": part, "HF_HUB_OFFLINE": "1"},
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for part in LOCAL}
-    listed = {}
-    try:
-        for part, proc in procs.items():
-            out = proc.communicate(timeout=900)[0]
-            assert proc.returncode == 0, out[-3000:]
-            found = re.search(r"^(\d+)/(\d+) tests collected", out, re.M)
-            assert found, out[-2000:]
-            nodes = [line for line in out.splitlines() if "::" in line]
-            assert len(nodes) == int(found[1]), out[-2000:]
-            listed[part] = (nodes, int(found[2]))
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-    return listed
+    listing = tmp_path / "listing.json"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-p", "tests.split_listing", f"--basetemp={tmp_path / 'collect'}", "--ignore=tests/slurm",
+                           "tests"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**env, "WORKSHOP_TEST_PART": part, "WORKSHOP_SPLIT_LISTING": str(listing),
+                               "HF_HUB_OFFLINE": "1"}, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    found = re.search(r"^(\d+)/(\d+) tests collected", proc.stdout, re.M)
+    assert found, proc.stdout[-2000:]
+    data = json.loads(listing.read_text())
+    assert data["part"] == part and data["hook"] == data["parts"][part], (part, len(data["hook"]))
+    assert [n for n in proc.stdout.splitlines() if "::" in n] == data["hook"], proc.stdout[-2000:]
+    assert (len(data["hook"]), len(data["collected"])) == (int(found[1]), int(found[2])), proc.stdout[-2000:]
+    return {p: (data["parts"][p], len(data["collected"])) for p in LOCAL}
 
 
 @pytest.mark.slow

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
+# torch is imported where a key is computed, not with the module: notebooks 02 and 03 import this module in their
+# first cell, and a kernel that never asks for a dtype's size or a forward pass (03) then starts without torch
 from workshop.grading import references
 from workshop.grading.references import node_sent_gb  # noqa: F401  (notebook 03's A100 node: the key's name for it)
 
-# What each stored part of the model state is kept in, per recipe (a gradient has its parameter's dtype).
-RECIPES: dict[str, dict[str, torch.dtype]] = {
+# What each stored part of the model state is kept in, per recipe (a gradient has its parameter's dtype): torch's
+# dtype names.
+RECIPES: dict[str, dict[str, str]] = {
     # the Trainer with bf16 autocast: fp32 weights (they are the master copy), fp32 gradients, fp32 AdamW
-    "trainer": {"weights": torch.float32, "gradients": torch.float32,
-                "adam_exp_avg": torch.float32, "adam_exp_avg_sq": torch.float32},
+    "trainer": {"weights": "float32", "gradients": "float32", "adam_exp_avg": "float32", "adam_exp_avg_sq": "float32"},
     # bf16 weights and gradients, an fp32 master copy in the optimizer, 8-bit AdamW moments (scales ignored)
-    "eight_bit": {"weights": torch.bfloat16, "gradients": torch.bfloat16, "master_weights": torch.float32,
-                  "adam_exp_avg": torch.uint8, "adam_exp_avg_sq": torch.uint8},
+    "eight_bit": {"weights": "bfloat16", "gradients": "bfloat16", "master_weights": "float32",
+                  "adam_exp_avg": "uint8", "adam_exp_avg_sq": "uint8"},
 }
 BLOOM_VOCAB = 250_880        # bigscience/bloom-560m's config.json
 # The blocks of the untrained model the key measures: BLOOM-560M's vocabulary on small blocks, a few seconds on
@@ -38,7 +38,10 @@ UNTRAINED_BLOCKS = dict(hidden_size=64, n_layer=2, n_head=4)
 
 def recipe_bytes(recipe: str) -> dict[str, int]:
     """Stored bytes per parameter of each part of `recipe`, from the dtypes' own element sizes."""
-    return {part: torch.empty((), dtype=dtype).element_size() for part, dtype in RECIPES[recipe].items()}
+    import torch
+
+    return {part: torch.empty((), dtype=getattr(torch, name)).element_size()
+            for part, name in RECIPES[recipe].items()}
 
 
 def params_that_fit_b(recipe: str, gpu_gb: float = 80.0) -> float:
@@ -52,6 +55,7 @@ def untrained_loss_measured(tok: Any, examples: list[Any], max_length: int, voca
 
     The blocks are small (`UNTRAINED_BLOCKS`; a few seconds on a CPU): at initialisation the loss is set mostly
     by the vocabulary, and a small model keeps the check fast. Notebook 01's text says so."""
+    import torch
     from transformers import BloomForCausalLM
 
     from workshop.training import models
@@ -82,8 +86,8 @@ def fsdp_state_gib(model: str, world_size: int, recipe: str = "eight_bit", block
     optimizer, so this is computed from the architecture's shapes and the dtypes' sizes."""
     arch = references.arch(model)
     stored = arch["params"] * sum(recipe_bytes(recipe).values()) / world_size
-    gathered = torch.empty((), dtype=torch.bfloat16).element_size() * (arch["vocab"] * arch["hidden"]
-                                                                         + blocks_in_flight * arch["block_params"])
+    bf16 = recipe_bytes("eight_bit")["weights"]      # a gathered unit is bf16 in every recipe
+    gathered = bf16 * (arch["vocab"] * arch["hidden"] + blocks_in_flight * arch["block_params"])
     return (stored + gathered) / 2**30
 
 

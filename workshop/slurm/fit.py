@@ -50,11 +50,32 @@ def config_hash(cfg: RunConfig) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def shared_cache() -> Path | None:
+    """$WORKSHOP_DRYRUN_CACHE: a folder of dry runs read beside each jobs folder's own. A dry run depends on its
+    config only (config_hash), so one folder serves many jobs folders: a class's, or a test suite's processes
+    (scripts/test.sh, tests/conftest.py), where several tests dry-run the same config."""
+    given = os.environ.get("WORKSHOP_DRYRUN_CACHE")
+    return Path(given) if given else None
+
+
+def read_cached(caches: list[Path], name: str) -> dict[str, Any] | None:
+    """The dry run `name` from the first cache that holds it; a folder this user cannot read (another user's,
+    e.g. a suite's, seen from a Slurm job) holds nothing."""
+    for cache in caches:
+        try:
+            return json.loads((cache / name).read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
 def dry_run(cfg: RunConfig, cache_dir: Path | None) -> dict[str, Any]:
-    """The dry run of `cfg` (workshop.training.dryrun), from the cache when this config ran before."""
-    cached = cache_dir / f"{config_hash(cfg)}.json" if cache_dir is not None else None
-    if cached is not None and cached.is_file():
-        return json.loads(cached.read_text())
+    """The dry run of `cfg` (workshop.training.dryrun), from a cache (`cache_dir`, then shared_cache()) when this
+    config ran before; a new one is written to both."""
+    name = f"{config_hash(cfg)}.json"
+    caches = [c for c in (cache_dir, shared_cache()) if c is not None]
+    if (found := read_cached(caches, name)) is not None:
+        return found
     with tempfile.TemporaryDirectory(prefix="workshop-dryrun-") as tmp:
         path = cfg.to_json(Path(tmp) / "config.json")
         done = subprocess.run([sys.executable, "-m", "workshop.training.dryrun", "--config", str(path), "--json"],
@@ -64,10 +85,11 @@ def dry_run(cfg: RunConfig, cache_dir: Path | None) -> dict[str, Any]:
         raise ConfigError("dry run", f"the job's dry run failed: {last}",
                           "run `python -m workshop.training.dryrun --config <its config.json>` to see why")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    if cached is not None:
+    for cache in caches:
         try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            cached.write_text(json.dumps(result) + "\n")
+            cache.mkdir(parents=True, exist_ok=True)
+            (cache / f"{name}.part").write_text(json.dumps(result) + "\n")
+            (cache / f"{name}.part").replace(cache / name)   # whole or absent: another process may read it now
         except OSError:   # a folder this user cannot write (an instructor's): the next check runs it again
             pass
     return result

@@ -372,9 +372,13 @@ PAPER_CATEGORIES = ("params", "grads", "optimizer", "activations", "other", "pea
 
 
 def shared_dry_run_cache() -> Path:
-    """The account's own cache of dry runs ($XDG_CACHE_HOME, else ~/.cache): a dry run depends on the config
-    only, so a grader's second student's reveal reads the first one's."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fsdp-workshop" / "dryrun"
+    """The shared cache of dry runs ($WORKSHOP_DRYRUN_CACHE: workshop.slurm.fit.shared_cache), else the
+    account's own ($XDG_CACHE_HOME, else ~/.cache): a dry run depends on the config only, so a grader's second
+    student's reveal reads the first one's."""
+    from workshop.slurm.fit import shared_cache
+
+    account = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return shared_cache() or account / "fsdp-workshop" / "dryrun"
 
 
 def cached_dry_run(cfg: RunConfig, caches: Sequence[Path], timeout: float | None = None) -> dict[str, Any]:
@@ -382,12 +386,11 @@ def cached_dry_run(cfg: RunConfig, caches: Sequence[Path], timeout: float | None
     process of its own) and written to every cache that can be written. With `timeout` (grading), the dry run
     fills the last cache in a process of its own that outlives the wait: past `timeout` it goes on, and the
     next notebook graded reads it (subprocess.TimeoutExpired here)."""
-    from workshop.slurm.fit import config_hash, dry_run
+    from workshop.slurm.fit import config_hash, dry_run, read_cached
 
     name = f"{config_hash(cfg)}.json"
-    for cache in caches:
-        if (cache / name).is_file():
-            return json.loads((cache / name).read_text())
+    if (found := read_cached(list(caches), name)) is not None:
+        return found
     result = dry_run(cfg, caches[0]) if timeout is None else _fill_in_background(cfg, caches[-1], name, timeout)
     for cache in caches:
         try:
