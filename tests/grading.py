@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -104,8 +105,15 @@ def grade_the_class(course: Course, assignments: str) -> tuple[dict[tuple[str, s
     from workshop.grading.grade import main
 
     printed = io.StringIO()
-    with contextlib.redirect_stdout(printed):
-        rc = main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"])
+    before = os.environ.get("PYTHONSAFEPATH")
+    try:
+        with contextlib.redirect_stdout(printed):
+            rc = main(["--root", str(course.root), "--assignments", assignments, "--jobs", "2", "--no-feedback"])
+    finally:    # grade sets PYTHONSAFEPATH for its kernels: a later test's `python -m` must still see its folder
+        if before is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
     course.grade_output = printed.getvalue()
     print(course.grade_output, end="")
     assert rc == 0, course.grade_output[-4000:]

@@ -61,7 +61,10 @@ def collect(tmp_path: Path, part: str = "rest1") -> dict[str, tuple[list[str], i
     before the part was chosen: one collection of the suite as scripts/test.sh collects it, every part selected from
     it as the hook selects (tests/suite_split.py's `keep`, through tests/split_listing.py), and the hook's own
     selection for `part`, which must be the same."""
-    env = {k: v for k, v in os.environ.items() if k not in ("WORKSHOP_TEST_PROFILE", "WORKSHOP_TEST_TIER")}
+    # as scripts/test.sh starts pytest: no PYTHONSAFEPATH (an in-process grade of an earlier test may have set it),
+    # which would keep the checkout off sys.path and `-p tests.split_listing` from importing
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORKSHOP_TEST_PROFILE", "WORKSHOP_TEST_TIER", "PYTHONSAFEPATH")}
     listing = tmp_path / "listing.json"
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                            "-p", "tests.split_listing", f"--basetemp={tmp_path / 'collect'}", "--ignore=tests/slurm",
