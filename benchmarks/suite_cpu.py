@@ -118,6 +118,8 @@ def kind_of(comm: str, cmd: str) -> str:
         return "launcher: accelerate"
     if "torch.distributed.run" in cmd or "torchrun" in words or comm in ("torchrun", "pt_elastic"):
         return "launcher: torchrun"
+    if "tests.warm_parent" in cmd:    # the tests' warm parent and the ranks it forks (their command line is its)
+        return "training rank, forked (tests/warm_parent.py, with its parent)"
     if "workshop.training.train" in cmd:
         return "training rank"
     if "ipykernel" in cmd:
@@ -149,7 +151,7 @@ def origin_of(cmd: str) -> str:
     path = found.group(1)
     if "/results-ci/" in path:
         return "the course on the test cluster (docs/instructor.md's dry run)"
-    if re.search(r"/course\d*/results/", path):
+    if re.search(r"/course(\d*|-run)/results/", path):
         return "the course on the local backend (the course_run fixture: make course)"
     if path.startswith("/tmp/workshop-slurm/"):
         return "other jobs on the test cluster"
@@ -179,7 +181,7 @@ def report(folder: Path, exclude: list[str], only: list[str] | None = None) -> d
         kind = kind_of(row["comm"], cmd)
         by_kind[kind][0] += row["cpu_s"]
         by_kind[kind][1] += 1
-        if kind == "training rank":
+        if kind.startswith("training rank"):
             origin = origin_of(cmd)
             by_origin[origin][0] += row["cpu_s"]
             by_origin[origin][1] += 1

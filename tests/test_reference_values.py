@@ -22,8 +22,27 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_committed_table_is_what_the_models_give_today(capsys: pytest.CaptureFixture[str]) -> None:
+    """The same check in-process (the fast tier's: a model change that moves a reference fails here first)."""
     assert references.main([]) == 0, f"the hidden tests' references moved: run `{references.FIX}` and commit the file"
     assert capsys.readouterr().out.strip().endswith("current")
+
+
+def test_the_committed_table_is_what_the_docs_command_writes_today(tmp_path: Path) -> None:
+    """docs/grading.md's and docs/design.md's command, as written, in a copy of the package (so the committed file
+    is never rewritten by a test): it writes what is committed, byte for byte."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "workshop", tmp_path / "workshop",
+                    ignore=shutil.ignore_patterns("__pycache__", references.SITE_FILE.name))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    done = subprocess.run(references.FIX.split(), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    written = tmp_path / "workshop" / "grading" / references.VALUES_FILE.name
+    assert done.returncode == 0 and f"wrote {written}" in done.stdout, done.stdout + done.stderr
+    assert written.read_text() == references.VALUES_FILE.read_text(), \
+        f"the hidden tests' references moved: run `{references.FIX}` and commit the file"
 
 
 def test_a_reference_that_moved_is_named_with_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

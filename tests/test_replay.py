@@ -86,3 +86,59 @@ def test_the_guides_replay_runs_beside_the_shared_cluster_and_leaves_nothing(tmp
         assert model - 2 <= replayed <= model + max(5.0, 0.3 * model), rows[nb]
     left = subprocess.run(["pgrep", "-af", "workshop-replay-"], capture_output=True, text=True).stdout
     assert left == "" and not list(Path("/tmp").glob("workshop-replay-*"))
+
+
+def marked(folder: Path) -> list[int]:
+    """The pids whose environment names the replay cluster's slurm.conf in `folder` (its daemons and job steps)."""
+    mark = f"SLURM_CONF={folder / 'slurm.conf'}".encode()
+    pids = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0"):
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_killed_replay_leaves_no_daemon_and_the_next_one_sweeps_its_folder(tmp_path: Path) -> None:
+    """A replay killed before its `down()` (a CI run stopped mid-test once left its slurmctld holding the next run's
+    ports): each daemon dies with the process that started it (`Cluster._start`, setpriv's parent-death signal);
+    what no signal reaches (a job's step whose slurmd is gone) dies, and its folder goes, when the next replay starts
+    (`sweep_stale`). Here a daemon is a `sleep`, started as the cluster starts its daemons."""
+    import signal
+    import sys
+    import time
+
+    from workshop.site import replay
+
+    killed = tmp_path / "workshop-replay-killed"
+    (killed / "log").mkdir(parents=True)
+    starter = "\n".join([
+        "import os, sys, time", "from pathlib import Path", "from workshop.site.replay import OWNER, Cluster, start_ticks",
+        "folder = Path(sys.argv[1])", "Cluster(folder, 26617, [])._start(['sleep', '600'], 'd.out')",
+        "(folder / OWNER).write_text(f'{os.getpid()} {start_ticks(os.getpid())}')   # as up() writes it",
+        "print('up', flush=True)", "time.sleep(600)"])
+    proc = subprocess.Popen([sys.executable, "-c", starter, str(killed)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    [daemon] = marked(killed)
+    step = subprocess.Popen(["sleep", "600"], env={**os.environ, "SLURM_CONF": str(killed / "slurm.conf")},
+                            start_new_session=True)     # a job's step: started by no replay process of ours
+    try:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        end = time.monotonic() + 10
+        while daemon in marked(killed) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert marked(killed) == [step.pid], step.poll()  # the daemon died with its starter; the step did not
+        alive = tmp_path / "workshop-replay-alive"       # a replay running now (this process started it)
+        alive.mkdir()
+        (alive / replay.OWNER).write_text(f"{os.getpid()} {replay.start_ticks(os.getpid())}")
+        starting = tmp_path / "workshop-replay-starting"     # one starting now: no owner file yet
+        starting.mkdir()
+        replay.sweep_stale(tmp_path, keep=tmp_path / "workshop-replay-new")
+        assert step.wait(10) == -signal.SIGKILL and not killed.exists()
+        assert alive.exists() and starting.exists()
+    finally:                                             # a failure here leaves no sleep behind
+        for pid in marked(killed):
+            os.kill(pid, signal.SIGKILL)

@@ -38,6 +38,11 @@ RECORDED = [
      "training rank", "other local-backend jobs of tests"),
     ("python", f"{V} -u -m workshop.training.train --train-size 24 --eval-size 8 --epochs 2 --sharding full_shard",
      "training rank", "tests' direct runs (RunCache and others: flags, no job folder)"),
+    ("python", "python -u -m workshop.training.train --config /tmp/workshop-tests.IWjOyk/course-run/results/"
+               "05_multi_node/jobs/multi_node-1eaef2a/config.json",
+     "training rank", "the course on the local backend (the course_run fixture: make course)"),
+    ("python", f"{V} -m tests.warm_parent 12 [\"torch\", \"transformers.trainer\", \"workshop.training.train\"]",
+     "training rank, forked (tests/warm_parent.py, with its parent)", None),
     ("python", f"{V} -m ipykernel_launcher -f /tmp/tmpa1b2/kernel-1.json --HistoryManager.hist_file=:memory:",
      "notebook kernel", None),
     ("python", f"{V} -P -m workshop.grading.integrity --root /tmp/x/nbgrader0 --db /tmp/x/gradebook.db",

@@ -202,3 +202,19 @@ def test_answer_only_loss_matches_the_full_loss_under_full_shard_at_2_ranks(runs
     assert full["eval_losses"][0] - full["eval_losses"][-1] > 0.1   # the runs trained: equality is not vacuous
     for f, a in zip(full["logits_mb_per_rank"], small["logits_mb_per_rank"]):
         assert 0 < 10 * a < f
+
+
+# What a forked rank and a torchrun rank may differ in: the clock (the tracker's overhead is timed), the process's RSS
+TIMED = ("train_samples_per_s", "train_tokens_per_s", "eval_samples_per_s", "train_runtime_s", "rss_mb",
+         "throughput_window", "comm", "tensor_mem_overhead_pct")
+
+
+def test_a_forked_run_is_the_torchrun_run(runs: RunCache) -> None:
+    """tests/warm_parent.py forks the tests' ranks with the environment torchrun's agent gives a rank (copied from
+    torch's local_elastic_agent): the same flags under a real torchrun give the same summary, every field but the
+    clock's and the launcher's, so a fork never stands in for a run the launcher would have made differently."""
+    forked = runs.get("--sharding", "full_shard", nproc=2).summary
+    launched = runs.get("--sharding", "full_shard", nproc=2, torchrun=True).summary
+    differ = sorted(k for k in forked.keys() | launched.keys() if k not in TIMED and forked.get(k) != launched.get(k))
+    assert differ == [], {k: (forked.get(k), launched.get(k)) for k in differ}
+    assert forked["world_size"] == 2 and forked["eval_losses"][0] != forked["eval_losses"][-1]

@@ -110,12 +110,17 @@ class Cluster:
         self.env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
 
     def _start(self, argv: list[str], log: str) -> None:
+        """A daemon that dies with this process (setpriv's parent-death signal): a replay killed before its `down()`
+        leaves no daemon holding its ports."""
         out = open(self.folder / "log" / log, "ab")
+        argv = ["setpriv", "--pdeathsig", "KILL", *(argv[1:] if argv[0] == "setpriv" else argv)]
         self.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=self.env,
                                            cwd="/", start_new_session=True))
 
     def up(self, wait_s: float = 60) -> None:
         f = self.folder
+        sweep_stale(f.parent, keep=f)
+        (f / OWNER).write_text(f"{os.getpid()} {start_ticks(os.getpid())}")
         for d in ("state", "spool", "log", "jobs"):
             (f / d).mkdir(parents=True, exist_ok=True)
         (f / "jobs").chmod(0o1777)
@@ -177,15 +182,45 @@ class Cluster:
         self._kill_leftovers()
 
     def _kill_leftovers(self) -> None:
-        """SIGKILL the processes whose environment names this cluster's slurm.conf (its jobs' steps and scripts:
-        nothing else carries that path)."""
-        mark = f"SLURM_CONF={self.folder / 'slurm.conf'}".encode()
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                if mark in (proc / "environ").read_bytes().split(b"\0") and int(proc.name) != os.getpid():
-                    os.kill(int(proc.name), 9)
-            except (OSError, ValueError):
-                continue
+        kill_marked(self.folder)
+
+
+OWNER = "owner"     # in a replay's folder: the pid and start tick of the process that started its cluster
+
+
+def start_ticks(pid: int) -> str:
+    """A process's start time in clock ticks since boot (/proc/PID/stat field 22): a reused pid has another."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def kill_marked(folder: Path) -> None:
+    """SIGKILL the processes whose environment names this cluster's slurm.conf (its daemons, started with it, and
+    its jobs' steps and scripts: nothing else carries that path)."""
+    mark = f"SLURM_CONF={folder / 'slurm.conf'}".encode()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if mark in (proc / "environ").read_bytes().split(b"\0") and int(proc.name) != os.getpid():
+                os.kill(int(proc.name), 9)
+        except (OSError, ValueError):
+            continue
+
+
+def sweep_stale(tmp: Path, keep: Path) -> None:
+    """Replays whose starting process is gone (killed before its `down()`): what is left of them killed, their
+    folders removed, so that a killed run's cluster never holds the next one's ports. A folder with no owner file is
+    another replay starting now, or one from before owners were written: left alone."""
+    for folder in tmp.glob("workshop-replay-*"):
+        try:
+            pid, ticks = (folder / OWNER).read_text().split()
+        except (OSError, ValueError):
+            continue
+        try:
+            alive = start_ticks(int(pid)) == ticks
+        except (OSError, ValueError):
+            alive = False
+        if folder != keep and not alive:
+            kill_marked(folder)
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def student_users(n: int, extra: tuple[str, ...] = ()) -> list[str]:
