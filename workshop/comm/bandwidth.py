@@ -95,10 +95,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def one_process_env(env: MutableMapping[str, str]) -> None:
     """A one-process job starts with plain python (render.py), as a one-process training job does: torchrun's own
     interpreter and torch import cost ~2-4 s of CPU for nothing to coordinate. This process is then rank 0 of a
-    world of one; its store listens on port 0, which the kernel assigns (no other rank has to find it)."""
+    world of one, with the environment workshop.training.train gives itself then; its store listens on port 0,
+    which the kernel assigns (no other rank has to find it)."""
+    from workshop.training.train import ONE_PROCESS_ENV
+
     if "RANK" not in env:
-        env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+        env.update(ONE_PROCESS_ENV)
 
 
 @dataclass
