@@ -8,16 +8,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
-import sys
-import tempfile
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.waiting import until
 from workshop.site.replay import Node, Ran, comparison, gres_conf, replay_days, sbatch_args, shape, slurm_conf
 from workshop.site.schedule import NotebookDay, SimJob
 from workshop.slurm.profiles import load_profile
@@ -91,43 +86,3 @@ def test_the_guides_replay_runs_beside_the_shared_cluster_and_leaves_nothing(tmp
         assert model - 2 <= replayed <= model + max(5.0, 0.3 * model), rows[nb]
     left = subprocess.run(["pgrep", "-af", "workshop-replay-"], capture_output=True, text=True).stdout
     assert left == "" and not list(Path("/tmp").glob("workshop-replay-*"))
-
-
-HOLD = '''
-import sys, time
-from pathlib import Path
-from workshop.site.replay import Cluster, Node
-cluster = Cluster(Path(sys.argv[1]), int(sys.argv[2]), [Node("rk-1", "rk", 1, 1024, 1)])
-cluster.up()
-print(cluster.watchdog.pid, flush=True)
-time.sleep(600)
-'''
-
-
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("slurmctld"), reason="the replay runs as root, with Slurm")
-def test_a_killed_replay_leaves_no_daemon_holding_its_ports() -> None:
-    """A replay killed outright (SIGKILL: no `down()`) takes its daemons with it: its watchdog kills them, and the
-    port is free again. A 1-node cluster on port 25817 (its node 25917), clear of the guide's replay (26817...) and
-    the test cluster (16817, 1700x); in a folder of its own under /tmp (munged, as munge, cannot reach into
-    pytest's 0700 folders)."""
-    from workshop.site.replay_watch import kill_marked, marked
-
-    port, tmp = 25817, Path(tempfile.mkdtemp(prefix="replay-kill-test-"))
-    tmp.chmod(0o755)
-    conf = tmp / "slurm.conf"
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp), str(port)], stdout=subprocess.PIPE, text=True,
-                            cwd=ROOT)
-    try:
-        line = proc.stdout.readline()                    # the watchdog's pid, once every daemon is up
-        assert line.strip().isdigit(), (line, [p.read_text()[-500:] for p in (tmp / "log").glob("*")])
-        assert len(marked(conf)) >= 3                    # munged, slurmctld, slurmd
-        proc.kill()
-        proc.wait(10)
-        until(lambda: marked(conf) == [], "the killed replay's daemons to end", timeout=30)
-        with socket.socket() as s:                       # nothing listens on its port any more
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind(("127.0.0.1", port))
-    finally:
-        proc.kill()
-        kill_marked(conf)
-        shutil.rmtree(tmp, ignore_errors=True)

@@ -25,7 +25,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from pathlib import Path
 
 from typing import Any
 
-from workshop.site import replay_watch
 from workshop.slurm.profiles import Profile, mem_mb
 
 SimJob = Any                   # workshop.site.schedule.SimJob (not imported: the schedule imports this module)
@@ -104,21 +102,12 @@ def gres_conf(folder: Path, nodes: list[Node]) -> str:
 
 
 class Cluster:
-    """The throwaway cluster's daemons, started by this process and stopped by it (by their own pids), or by its
-    watchdog when this process ends without `down()` (workshop.site.replay_watch)."""
+    """The throwaway cluster's daemons, started by this process and stopped by it (by their own pids)."""
 
     def __init__(self, folder: Path, port: int, nodes: list[Node]) -> None:
         self.folder, self.port, self.nodes = folder, port, nodes
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.watchdog: subprocess.Popen[bytes] | None = None
         self.env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
-
-    def _watch(self) -> None:
-        """This cluster's watchdog: it kills the cluster's processes once this process ends (its stdin with it)."""
-        env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
-        self.watchdog = subprocess.Popen([sys.executable, "-S", replay_watch.__file__, str(self.folder)],
-                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, cwd="/",
-                                         start_new_session=True)
 
     def _start(self, argv: list[str], log: str) -> None:
         out = open(self.folder / "log" / log, "ab")
@@ -129,7 +118,6 @@ class Cluster:
         f = self.folder
         for d in ("state", "spool", "log", "jobs"):
             (f / d).mkdir(parents=True, exist_ok=True)
-        self._watch()
         (f / "jobs").chmod(0o1777)
         (f / "slurm.conf").write_text(slurm_conf(f, self.port, self.nodes))
         (f / "gres.conf").write_text(gres_conf(f, self.nodes))
@@ -186,11 +174,18 @@ class Cluster:
                     p.kill()
                     p.wait(5)
         self.procs = []
-        replay_watch.kill_marked(self.folder / "slurm.conf")     # its jobs' steps and scripts
-        if self.watchdog is not None:                            # its stdin closed: it checks once more and exits
-            self.watchdog.stdin.close()                          # type: ignore[union-attr]
-            self.watchdog.wait(30)
-            self.watchdog = None
+        self._kill_leftovers()
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL the processes whose environment names this cluster's slurm.conf (its jobs' steps and scripts:
+        nothing else carries that path)."""
+        mark = f"SLURM_CONF={self.folder / 'slurm.conf'}".encode()
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                if mark in (proc / "environ").read_bytes().split(b"\0") and int(proc.name) != os.getpid():
+                    os.kill(int(proc.name), 9)
+            except (OSError, ValueError):
+                continue
 
 
 def student_users(n: int, extra: tuple[str, ...] = ()) -> list[str]:
