@@ -93,6 +93,12 @@ def test_one_process_script_needs_no_launcher(tmp_path):
         script = rendered(step, "ci", tmp_path)
         assert not re.search(r"^\s*(torchrun|srun) ", script, re.M)
         assert re.search(r"^python -m workshop\.training\.train --config \S+config\.json$", script, re.M), script
+    # the bandwidth self-test of one process too: plain python as rank 0 of a world of one; of two, torchrun
+    one = rendered("bandwidth", "local", tmp_path, procs_per_node=1, sharding="none")
+    assert not re.search(r"^\s*(torchrun|srun) ", one, re.M)
+    assert re.search(r"^python -m workshop\.comm\.bandwidth --min-busbw 0 --one-process$", one, re.M), one
+    two = rendered("bandwidth", "local", tmp_path)
+    assert "torchrun --standalone --nnodes=1 --nproc-per-node=2" in two and "--one-process" not in two
 
 
 def test_example_site_header_has_its_partition_account_gpus_and_environment(tmp_path):

@@ -165,13 +165,18 @@ def test_the_rendezvous_port_stays_below_the_ephemeral_range(port_range: str | N
 def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) -> None:
     """For real on the local backend: USR1 to the batch shell (what `--signal=B:USR1@LEAD` sends)
     while it trains; the job saves a checkpoint and ends with exit 75 at once; the tables say why
-    its figures are missing; `resume` continues it to COMPLETED in the same folder."""
+    its figures are missing; `resume` continues it to COMPLETED in the same folder.
+
+    One FULL_SHARD process (fsdp_1gpu: plain python, no launcher): the batch shell's trap, the stop file, the
+    local backend's exit 75 and its resume are the same for any world; the same stop of a 2-process job through
+    torchrun is tests/slurm/test_resume_on_cluster.py's, and USR1 reaching one rank of two, tests/test_resume.py's
+    (issue 51: 2 jobs x (torchrun + 2 ranks) cost ~30 CPU-s here)."""
     from workshop.slurm import JobState, submit
     from workshop.results.tables import build
 
-    run = {"epochs": 8, "eval_generate": False}        # 2 processes, 6 steps an epoch: 48 steps
+    run = {"epochs": 4, "eval_generate": False}        # 1 process, 12 steps an epoch: 48 steps
     jobs = tmp_path / "jobs"
-    job = submit("multi_gpu", profile="local", overrides=run, jobs_dir=jobs)
+    job = submit("fsdp_1gpu", profile="local", overrides=run, jobs_dir=jobs)
     deadline = time.monotonic() + 180
     while "[workshop] step 2/" not in job.tail(200):
         assert time.monotonic() < deadline and not job.state().finished, job.tail(40)
@@ -192,7 +197,7 @@ def test_a_stopped_job_ends_at_once_as_checkpointed_and_resumes(tmp_path: Path) 
     assert any(f"stopped at a checkpoint at step {step}" in n and "exit 75" in n for n in df.attrs["notes"])
     print(f"\nUSR1 -> CHECKPOINTED (exit 75) in {stop_s:.1f} s at step {step}/48 (busy 2-core machine)")
 
-    again = submit("multi_gpu", profile="local", overrides=run, jobs_dir=jobs, resume=True)
+    again = submit("fsdp_1gpu", profile="local", overrides=run, jobs_dir=jobs, resume=True)
     assert again.job_dir == job.job_dir and [h["state"] for h in again.record.history] == ["CHECKPOINTED"]
     assert again.wait(timeout=600, poll=0.2) is JobState.COMPLETED, again.tail(60)
     assert again.summary()["resumed_from_step"] == step and again.summary()["steps"] == 48

@@ -96,4 +96,17 @@ def test_notebook_05_runs_to_the_end_inside_a_session_on_the_gates_nodes(cluster
         assert session["NodeList"] in cluster.run("scontrol", "show", "hostnames", rec["NodeList"]).stdout.split()
         start, end = datetime.fromisoformat(rec["Start"]), datetime.fromisoformat(rec["End"])
         assert datetime.fromisoformat(session["Start"]) <= start and end <= datetime.fromisoformat(session["End"])
-        assert "#SBATCH --exclusive" not in (Path(gate["job_dir"]) / "job.sh").read_text()
+        assert_the_gate_ran_on_both_nodes(Path(gate["log_path"]).read_text(errors="replace"),
+                                          Path(gate["script"]).read_text())
+
+
+def assert_the_gate_ran_on_both_nodes(log: str, script: str) -> None:
+    """The students' bandwidth gate on ci, as the notebook submits it: one rank per (fake) GPU, 2 nodes x 2, and
+    not whole nodes ([bandwidth] exclusive = false: a JupyterLab session on one of the 2 nodes would keep a
+    whole-node gate waiting); its table's verdict. (tests/slurm/test_jobs_on_cluster.py submitted the same job once
+    more for these lines alone until issue 51.) The whole log: a 2-node torchrun may end in a long
+    rendezvous-shutdown trace from the node whose agent outlived the store, after the table."""
+    assert "#SBATCH --exclusive" not in script and "--nproc-per-node=2" in script
+    assert "# Hosts                : 2 (n1, n2), 4 ranks, backend gloo" in log, log[-3000:]
+    assert "# Out of bounds values : 0 OK" in log and "# PASSED" in log
+    assert "# Large-message busbw  : " in log

@@ -28,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, MutableMapping
 
 from workshop.training.run_record import node_name
 
@@ -87,7 +87,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--min-busbw", type=float, default=0.0,
                    help="fail when the bus bandwidth at the largest message (GB/s) is lower")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--one-process", action="store_true",
+                   help="started without a launcher as a world of one (a one-process job's batch script)")
     return p.parse_args(argv)
+
+
+def one_process_env(env: MutableMapping[str, str]) -> None:
+    """A one-process job starts with plain python (render.py), as a one-process training job does: torchrun's own
+    interpreter and torch import cost ~2-4 s of CPU for nothing to coordinate. This process is then rank 0 of a
+    world of one, with the environment workshop.training.train gives itself then; its store listens on port 0,
+    which the kernel assigns (no other rank has to find it)."""
+    from workshop.training.train import ONE_PROCESS_ENV
+
+    if "RANK" not in env:
+        env.update(ONE_PROCESS_ENV)
 
 
 @dataclass
@@ -233,6 +246,8 @@ def verdict(args: argparse.Namespace, hosts: list[str], wrong_total: int, gate_b
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.one_process:
+        one_process_env(os.environ)
     if "RANK" not in os.environ:
         print("workshop bandwidth runs on every rank of a job: launch it with torchrun, e.g.\n"
               "  torchrun --standalone --nproc-per-node=2 -m workshop.comm.bandwidth", file=sys.stderr)

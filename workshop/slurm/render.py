@@ -132,6 +132,8 @@ def program(step: str, config: RunConfig, profile: Profile, config_path: Path) -
         args = ["-m", "workshop.comm.bandwidth", "--min-busbw", f"{profile.min_busbw_GBps:g}"]
         if profile.bandwidth_max_bytes:
             args += ["-e", profile.bandwidth_max_bytes]
+        if config.world_size == 1:      # launch-process.sh: plain python, rank 0 of a world of one
+            args.append("--one-process")
         return " ".join(shlex.quote(a) for a in args)
     return f"-m workshop.training.train --config {shlex.quote(str(config_path))}"
 
@@ -151,7 +153,8 @@ def launch_block(step: str, config: RunConfig, profile: Profile, job_dir: Path) 
         name = "launch-accelerate-nodes.sh" if config.nodes > 1 else "launch-accelerate.sh"
     else:
         name = ("launch-nodes.sh" if config.nodes > 1 else
-                "launch-process.sh" if config.procs_per_node == 1 and get_step(step).program in ("train", "preflight") else
+                "launch-process.sh" if config.procs_per_node == 1 and get_step(step).program in ("train", "preflight",
+                                                                                                   "bandwidth") else
                 "launch-node.sh")
     rendezvous = template("rendezvous.sh").substitute(
         rdzv_override=(f"rdzv_endpoint={shlex.quote(config.rdzv_endpoint)}; WORKSHOP_RDZV_HOST_FIRST=0   "

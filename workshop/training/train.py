@@ -66,6 +66,11 @@ TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_
                  "ROLE_RANK", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
 
 
+# What torchrun gives the one process of a world of one (the bandwidth self-test's --one-process reads it too)
+ONE_PROCESS_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0"}
+
+
 def stand_in_for_torchrun(cfg: RunConfig, env: MutableMapping[str, str] = os.environ) -> None:
     """A one-process run started without torchrun gets the environment torchrun would give it.
 
@@ -76,8 +81,7 @@ def stand_in_for_torchrun(cfg: RunConfig, env: MutableMapping[str, str] = os.env
     first and listened on seconds later (after the imports) can be taken meanwhile (slurm/ports.py)."""
     if "WORLD_SIZE" in env or cfg.world_size != 1:
         return
-    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", GROUP_RANK="0",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT="0")
+    env.update(ONE_PROCESS_ENV)
 
 
 def skip_datasets_unless_needed(cfg: RunConfig) -> None:
