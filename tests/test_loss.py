@@ -35,7 +35,8 @@ def loss_and_grads(model: BloomForCausalLM, batch: dict, loss: str,
         value = model_loss(model, model.lm_head, batch, loss,
                            torch.tensor(num_items) if num_items is not None else None)
     value.backward()
-    return value.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    # no copy: zero_grad(set_to_none=True) above gives the next backward new tensors, never writes into these
+    return value.detach(), {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.fixture(scope="module")
@@ -121,12 +122,17 @@ def test_bloom_560m_shaped_slice_equal_loss_and_tied_gradient() -> None:
     labels[0, 8:], labels[1, 5:9] = ids[0, 8:], ids[1, 5:9]   # answers of 4 tokens at different places
     batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels}
     ref, ref_grads = loss_and_grads(model, batch, "full")
+    inf = float("inf")    # the largest |entry|, reduced without a temporary of the embedding's 1 GB
+    scales = {name: torch.linalg.vector_norm(g, inf).item() for name, g in ref_grads.items()}
     for loss in ("answer_only", "chunked"):
         got, grads = loss_and_grads(model, batch, loss)
         assert got.item() == pytest.approx(ref.item(), rel=LOSS_RTOL), loss
+        assert grads.keys() == ref_grads.keys(), loss
         for name, g in grads.items():
-            scale = ref_grads[name].abs().max().item()
-            torch.testing.assert_close(g, ref_grads[name], rtol=0, atol=SLICE_GRAD_RTOL * scale, msg=f"{loss} {name}")
+            # every entry within the bound: the largest difference, in place (NaN, if any, fails the comparison
+            # too), where assert_close makes several temporaries of the embedding's 1 GB
+            worst = torch.linalg.vector_norm(g.sub_(ref_grads[name]), inf).item()
+            assert worst <= SLICE_GRAD_RTOL * scales[name], f"{loss} {name}: {worst} > {SLICE_GRAD_RTOL} x max"
         del grads
 
 
