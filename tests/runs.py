@@ -16,14 +16,15 @@ and `accelerate()` always): one real torchrun launch per contract --
   with the twins);
 - tests/test_tables.py: the two tests that parse two torchruns' output as one log or as `srun --label` writes it
   (the two-node run above, shared);
-- tests/test_collectives.py (two torchruns at a c10d rendezvous, its own launcher), tests/test_bandwidth.py (the
-  bandwidth self-test is a torchrun command), tests/test_hung_rank.py and the course (local-backend jobs run their
+- tests/test_collectives.py (two torchruns at a c10d rendezvous, its own launcher), tests/test_bandwidth.py's table
+  test (the bandwidth self-test is a torchrun command), tests/test_hung_rank.py and the course (local-backend jobs run their
   batch script, torchrun included), the README's and docs' torchrun lines (tests/test_docs_commands.py).
 
 Forked too, their promise being the numbers, not the launch: tests/test_accelerate_launch.py's two-node twin
 (the accelerate job against the config's run; the twin above holds accelerate launch against torchrun), and the
 direct launches of test_comm's probe, test_collectives, test_expected_steps, test_resume's USR1 stop,
-test_fsdp_exercises' wrong world and test_fp16_reduce (`fork`).
+test_fsdp_exercises' wrong world, test_fp16_reduce and test_bandwidth's gate verdicts (`fork`). And one pair,
+the same flags forked and under torchrun, compared field by field: test_training's test_a_forked_run_is_the_torchrun_run.
 
 `WORKSHOP_TEST_FORK=off` makes `train()` start its ranks the old way (plain python for one process, torchrun for
 more): a comparison, or a way round should forking ever misbehave; `fork()`'s callers always fork.
