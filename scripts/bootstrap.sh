@@ -14,10 +14,8 @@ fi
 echo "bootstrap: installing the pinned environment into .venv (about 2 minutes the first time)"
 .venv/bin/python -m pip install -q --upgrade pip
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build onto a CPU machine.
-# --no-compile: pip would byte-compile all 16,576 modules (torch's install 28 CPU-s with it, 7 without, on 2 cores);
-# Python compiles the few hundred a run imports the first time it imports them (about 1 CPU-s) and keeps them.
-.venv/bin/python -m pip install -q --no-compile "torch==2.13.0"
-.venv/bin/python -m pip install -q --no-compile -e ".[test]"
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -e ".[test]"
 rm -f .venv/.installed-*
 touch "$stamp"
 echo "bootstrap: done ($(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'))"
