@@ -203,7 +203,7 @@ def shared(name: str, scope: str = "session") -> Iterator[None]:
     test first asks for it): profiled as a fixture of `scope`, charged to no test."""
     with Clock() as clock:
         yield
-    for profile in _ACTIVE:
+    for profile in _ACTIVE[-1:]:
         profile.record(name, scope, clock.cost)
 
 
@@ -215,7 +215,10 @@ def configure(config: pytest.Config) -> None:
     path = os.environ.get("WORKSHOP_TEST_PROFILE")
     enforce = os.environ.get("WORKSHOP_TEST_BUDGET", "on") != "off"
     profile = SuiteProfile(Path(path) if path else None, enforce)
-    _ACTIVE[:] = [profile]
+    # the innermost session's: a pytest.main run inside a test (tests/test_suite_split.py collects the suite in its
+    # own process) is active while it runs, and the outer session's profile again after it
+    _ACTIVE.append(profile)
+    config.add_cleanup(lambda: _ACTIVE.remove(profile))
     config.pluginmanager.register(profile, "workshop-suite-profile")
 
 

@@ -35,6 +35,31 @@ def test_an_untrained_bloom_charges_about_ln_of_its_vocabulary() -> None:
     assert measured == pytest.approx(math.log(250_880), rel=0.03)   # p = 1/V for every token
 
 
+def test_the_untrained_loss_is_the_models_own_loss_on_the_answer_tokens() -> None:
+    """The key scores only the labelled positions (issue 51: the full 250,880-wide head over every prompt position
+    was two thirds of its forward pass): it must equal transformers' own causal-LM loss of the same model, the
+    prompt masked, weighted by each example's answer tokens."""
+    import torch
+    from transformers import BloomForCausalLM
+
+    from workshop.training import models
+    from workshop.training.data import encode_for_training, load_examples
+
+    tok = models.load_tokenizer("tiny")
+    examples = load_examples("fixture", "train", 3)
+    torch.manual_seed(0)
+    model = BloomForCausalLM(models.bloom_config(dict(vocab_size=answer_key.BLOOM_VOCAB,
+                                                      **answer_key.UNTRAINED_BLOCKS), tok)).eval()
+    total = count = 0.0
+    with torch.no_grad():
+        for ex in examples:
+            row = encode_for_training(tok, ex, 128)
+            n = sum(label != -100 for label in row["labels"][1:])
+            total += float(model(input_ids=torch.tensor([row["input_ids"]]), labels=torch.tensor([row["labels"]])).loss) * n
+            count += n
+    assert answer_key.untrained_loss_measured(tok, examples, 128) == pytest.approx(total / count, rel=1e-5)
+
+
 def test_bloom_7b1_with_8_bit_adamw_by_hand() -> None:
     # 10 B per parameter sharded over 8, plus the tied embedding (250,880 x 4,096) and two blocks
     # (12h^2 + 13h = 201,379,840 each) gathered in bf16

@@ -204,3 +204,18 @@ def test_tokenizer_file_is_reproducible_from_the_build_script() -> None:
     on_disk = json.loads(TOKENIZER_JSON.read_text(encoding="utf-8"))
     assert rebuilt["model"]["vocab"] == on_disk["model"]["vocab"]
     assert rebuilt["model"]["merges"] == on_disk["model"]["merges"]
+
+
+def test_tokenizing_and_encoding_an_example_imports_no_torch() -> None:
+    """Notebook 01's first cells (`from workshop.training import data, models`, the tokenizer, one example encoded)
+    run in a fresh process without importing torch (issue 51: ~1 CPU-s of every kernel that imports them; torch
+    loads where a batch or a model is made)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom workshop.training import data, models\ntok = models.load_tokenizer('tiny')\n"
+            "row = data.encode_for_training(tok, data.load_examples('fixture', 'train', 1)[0], 64)\n"
+            "print(len(row['input_ids']) == len(row['labels']) > 0, sorted(m for m in ('torch', 'transformers.modeling_utils') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == "True []", proc.stdout[-2000:]

@@ -6,10 +6,7 @@ together, the course run itself charged to neither course half."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -56,38 +53,45 @@ def test_the_course_run_is_charged_to_no_test(tmp_path: Path) -> None:
     assert suite_split.test_walls(profile) == {"tests/a.py::one": 9.0}      # its module fixture stays its own
 
 
-def collect(tmp_path: Path, part: str = "rest1") -> dict[str, tuple[list[str], int]]:
+def collect(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+            part: str = "rest1") -> dict[str, tuple[list[str], int]]:
     """Per local part, the node ids `WORKSHOP_TEST_PART=part` runs and how many tests the whole collection held
-    before the part was chosen: one collection of the suite as scripts/test.sh collects it, every part selected from
-    it as the hook selects (tests/suite_split.py's `keep`, through tests/split_listing.py), and the hook's own
-    selection for `part`, which must be the same."""
-    # as scripts/test.sh starts pytest: no PYTHONSAFEPATH (an in-process grade of an earlier test may have set it),
-    # which would keep the checkout off sys.path and `-p tests.split_listing` from importing
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("WORKSHOP_TEST_PROFILE", "WORKSHOP_TEST_TIER", "PYTHONSAFEPATH")}
+    before the part was chosen: one collection of the suite with the arguments scripts/test.sh gives a part, every
+    part selected from it as the hook selects (tests/suite_split.py's `keep`, through tests/split_listing.py), and the
+    hook's own selection for `part`, which must be the same.
+
+    The collection runs in this process (`pytest.main`): in a part of the suite every test module is imported
+    already, so it costs about 1 CPU-s, where a new pytest process imported them all again (12-19 CPU-s: torch,
+    transformers, nbformat, hypothesis; issue 51)."""
+    for name in ("WORKSHOP_TEST_PROFILE", "WORKSHOP_TEST_TIER"):
+        monkeypatch.delenv(name, raising=False)
     listing = tmp_path / "listing.json"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-                           "-p", "tests.split_listing", f"--basetemp={tmp_path / 'collect'}", "--ignore=tests/slurm",
-                           "tests"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          env={**env, "WORKSHOP_TEST_PART": part, "WORKSHOP_SPLIT_LISTING": str(listing),
-                               "HF_HUB_OFFLINE": "1"}, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    found = re.search(r"^(\d+)/(\d+) tests collected", proc.stdout, re.M)
-    assert found, proc.stdout[-2000:]
+    monkeypatch.setenv("WORKSHOP_TEST_PART", part)
+    monkeypatch.setenv("WORKSHOP_SPLIT_LISTING", str(listing))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    rc = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.split_listing",
+                      f"--basetemp={tmp_path / 'collect'}", "--ignore=tests/slurm", "tests"])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    found = re.search(r"^(\d+)/(\d+) tests collected", out, re.M)
+    assert found, out[-2000:]
     data = json.loads(listing.read_text())
     assert data["part"] == part and data["hook"] == data["parts"][part], (part, len(data["hook"]))
-    assert [n for n in proc.stdout.splitlines() if "::" in n] == data["hook"], proc.stdout[-2000:]
-    assert (len(data["hook"]), len(data["collected"])) == (int(found[1]), int(found[2])), proc.stdout[-2000:]
+    assert [n for n in out.splitlines() if "::" in n] == data["hook"], out[-2000:]
+    assert (len(data["hook"]), len(data["collected"])) == (int(found[1]), int(found[2])), out[-2000:]
     return {p: (data["parts"][p], len(data["collected"])) for p in LOCAL}
 
 
 @pytest.mark.slow
-def test_every_local_test_is_in_exactly_one_part_and_the_halves_end_together(tmp_path: Path) -> None:
+def test_every_local_test_is_in_exactly_one_part_and_the_halves_end_together(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """The dry listing of each of the four local parts, as scripts/test.sh selects it: disjoint, and together the
     whole collection; the rest's halves' profiled wall times within BALANCE of their sum (equal to the second on
     2026-11-29's profile: 764 and 764 s). A unit grown past it (the largest: RUNS, the files sharing training
     runs) is what to split next; in the course, tests/test_course.py already is."""
-    listed = collect(tmp_path)
+    listed = collect(tmp_path, monkeypatch, capsys)
     totals = {total for _, total in listed.values()}
     assert len(totals) == 1, totals
     seen: dict[str, str] = {}

@@ -8,10 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.runs import clean_env
 from tests.tiers import ProcessGuard, _reach, failure
 
 ROOT = Path(__file__).resolve().parent.parent
+ME = "tests/test_tiers.py::test_make_test_fast_collects_the_pure_tests_and_none_that_starts_a_process"
 
 
 # ------------------------------------------------------------------ functions for the reading of code to judge
@@ -66,14 +69,38 @@ def test_the_guard_names_a_process_a_fast_test_starts_and_lets_git_pass() -> Non
     assert guard.started == started
 
 
-def test_make_test_fast_collects_the_pure_tests_and_none_that_starts_a_process() -> None:
-    """`make test-fast`'s own command (read from the Makefile), with --collect-only added."""
+def fast_selection() -> list[str]:
+    """The arguments scripts/test.sh's --fast gives pytest (`-m fast` and what it ignores), read from the script."""
+    line = re.search(r'^\s*exec "\$\{pytest\[@\]\}" (-m fast .*) "\$@"$', (ROOT / "scripts" / "test.sh").read_text(),
+                     flags=re.M)
+    assert line, "scripts/test.sh: no --fast line `exec \"${pytest[@]}\" -m fast ... \"$@\"`"
+    return line.group(1).split()
+
+
+def test_make_test_fast_collects_the_pure_tests_and_none_that_starts_a_process(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make test-fast`'s own command (read from the Makefile), with --collect-only added, narrowed to two files:
+    the recipe runs and selects; then the whole suite with the selection scripts/test.sh gives it, collected in
+    this process (`pytest.main`: in a part of the suite every test module is imported already, about 1 CPU-s where
+    a new pytest imported them all again, 20 CPU-s of a CI run; issue 51)."""
     recipe = re.search(r"^test-fast:.*\n\t(.+)$", (ROOT / "Makefile").read_text(), flags=re.M).group(1)
     assert recipe == "bash scripts/test.sh --fast"
-    proc = subprocess.run(["bash", "-c", f"{recipe} --collect-only"], cwd=ROOT, env=clean_env(),
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(["bash", "-c", f"{recipe} --collect-only tests/test_config.py tests/test_tiers.py"], cwd=ROOT,
+                          env=clean_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     ids = {ln.strip() for ln in proc.stdout.splitlines() if "::" in ln}
+    # test_config's pure tests in; every test of this file reads or starts a process (this one's own command): out
+    assert {i.split("::")[0] for i in ids} == {"tests/test_config.py"} and len(ids) > 10, ids
+
+    monkeypatch.setenv("WORKSHOP_TEST_TIER", "fast")        # as scripts/test.sh --fast exports it
+    monkeypatch.delenv("WORKSHOP_TEST_PART", raising=False)
+    monkeypatch.delenv("WORKSHOP_TEST_PROFILE", raising=False)
+    monkeypatch.chdir(ROOT)
+    capsys.readouterr()
+    rc = pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *fast_selection(), "tests"])
+    out = capsys.readouterr().out
+    assert rc == 0, out[-3000:]
+    ids = {ln.strip() for ln in out.splitlines() if "::" in ln}
     files = {i.split("::")[0] for i in ids}
     # by hand: pure logic (the memory model worked by hand, the graded checks, config) is in
     assert {"tests/test_memory_by_hand.py", "tests/test_checks.py", "tests/test_config.py",
@@ -84,6 +111,6 @@ def test_make_test_fast_collects_the_pure_tests_and_none_that_starts_a_process()
     assert not [i for i in ids if i.startswith(("tests/slurm/", "tests/gpu/", "tests/test_course.py",
                                                 "tests/test_integrity.py", "tests/test_course_retry.py",
                                                 "tests/test_kernel_transport.py", "tests/test_local_backend.py"))]
-    assert "tests/test_tiers.py::test_make_test_fast_collects_the_pure_tests_and_none_that_starts_a_process" not in ids
-    count = int(re.search(r"(\d+)/\d+ tests collected", proc.stdout).group(1))
+    assert ME not in ids
+    count = int(re.search(r"(\d+)/\d+ tests collected", out).group(1))
     assert count == len(ids) and count > 400

@@ -55,23 +55,42 @@ def untrained_loss_measured(tok: Any, examples: list[Any], max_length: int, voca
 
     The blocks are small (`UNTRAINED_BLOCKS`; a few seconds on a CPU): at initialisation the loss is set mostly
     by the vocabulary, and a small model keeps the check fast. Notebook 01's text says so."""
+    return _answer_loss(_untrained_bloom(tok, vocab, seed), tok, examples, max_length)
+
+
+def _untrained_bloom(tok: Any, vocab: int = BLOOM_VOCAB, seed: int = 0) -> Any:
+    """A freshly initialised BloomForCausalLM of `vocab` entries on `UNTRAINED_BLOCKS`, in eval mode."""
     import torch
     from transformers import BloomForCausalLM
 
     from workshop.training import models
-    from workshop.training.data import encode_for_training
 
     torch.manual_seed(seed)
-    model = BloomForCausalLM(models.bloom_config(dict(vocab_size=vocab, **UNTRAINED_BLOCKS), tok)).eval()
-    losses, counts = [], []
+    return BloomForCausalLM(models.bloom_config(dict(vocab_size=vocab, **UNTRAINED_BLOCKS), tok)).eval()
+
+
+def _answer_loss(model: Any, tok: Any, examples: list[Any], max_length: int) -> float:
+    """The model's causal-LM loss over the labelled (answer) tokens of `examples`, weighted by their count.
+
+    The same loss as `model(input_ids, labels=...)`, with the vocabulary's logits computed only where a label
+    is: an answer is a few tokens of a prompt of up to `max_length`, and the full head over every position (a
+    250,880-wide row each) and its cross-entropy were two thirds of a graded 01 kernel's forward pass
+    (tests/test_answer_key.py compares the two)."""
+    import torch
+
+    from workshop.training.data import IGNORE_INDEX, encode_for_training
+
+    total, count = 0.0, 0
     with torch.no_grad():
         for ex in examples:
             row = encode_for_training(tok, ex, max_length)
-            out = model(input_ids=torch.tensor([row["input_ids"]]), labels=torch.tensor([row["labels"]]))
-            n = sum(label != -100 for label in row["labels"][1:])
-            losses.append(float(out.loss) * n)
-            counts.append(n)
-    return sum(losses) / sum(counts)
+            targets = torch.tensor(row["labels"][1:])               # position i predicts token i + 1
+            scored = (targets != IGNORE_INDEX).nonzero().squeeze(1)
+            hidden = model.transformer(input_ids=torch.tensor([row["input_ids"]])).last_hidden_state[0, scored]
+            logits = model.lm_head(hidden).float()
+            total += float(torch.nn.functional.cross_entropy(logits, targets[scored], reduction="sum"))
+            count += len(scored)
+    return total / count
 
 
 def epoch_hours_at(samples_per_s: float, examples: int = 87_599) -> float:

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import torch
-
-if TYPE_CHECKING:   # the model classes cost ~2 s of import: a notebook that only tokenizes skips them
+if TYPE_CHECKING:   # the model classes cost ~2 s of import, torch ~1 s: a notebook that only tokenizes skips them
+    import torch
     from transformers import BloomConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 HUB_ID = "bigscience/bloom-560m"
@@ -89,6 +88,7 @@ def load_tokenizer(model: str) -> PreTrainedTokenizerBase:
 
 def build_model(model: str, tokenizer: PreTrainedTokenizerBase, seed: int) -> PreTrainedModel:
     """The model in fp32 on CPU, initialised identically on every rank (same seed) before sharding."""
+    import torch
     from transformers import BloomForCausalLM
 
     profile = resolve_profile(model)
