@@ -207,6 +207,9 @@ def test_answer_only_loss_matches_the_full_loss_under_full_shard_at_2_ranks(runs
 # What a forked rank and a torchrun rank may differ in: the clock (the tracker's overhead is timed), the process's RSS
 TIMED = ("train_samples_per_s", "train_tokens_per_s", "eval_samples_per_s", "train_runtime_s", "rss_mb",
          "throughput_window", "comm", "tensor_mem_overhead_pct")
+# The tensor tracker's activations (and so its peak) hold what an async collective had not freed yet when it looked:
+# 13.106 against 12.827 MB on one rank of a loaded CI run. Its parameters, gradients and optimizer state are exact.
+TRACKED = ("tensor_mem_mb_per_rank", "peak_mem_mb", "peak_mem_mb_per_rank")
 
 
 def test_a_forked_run_is_the_torchrun_run(runs: RunCache) -> None:
@@ -215,6 +218,10 @@ def test_a_forked_run_is_the_torchrun_run(runs: RunCache) -> None:
     clock's and the launcher's, so a fork never stands in for a run the launcher would have made differently."""
     forked = runs.get("--sharding", "full_shard", nproc=2).summary
     launched = runs.get("--sharding", "full_shard", nproc=2, torchrun=True).summary
-    differ = sorted(k for k in forked.keys() | launched.keys() if k not in TIMED and forked.get(k) != launched.get(k))
+    differ = sorted(k for k in forked.keys() | launched.keys()
+                    if k not in TIMED + TRACKED and forked.get(k) != launched.get(k))
     assert differ == [], {k: (forked.get(k), launched.get(k)) for k in differ}
+    exact = ("params", "grads", "optimizer")
+    assert [{k: r[k] for k in exact} for r in forked["tensor_mem_mb_per_rank"]] == \
+        [{k: r[k] for k in exact} for r in launched["tensor_mem_mb_per_rank"]]
     assert forked["world_size"] == 2 and forked["eval_losses"][0] != forked["eval_losses"][-1]
