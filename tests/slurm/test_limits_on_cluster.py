@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.conftest import NO_TRAINING_SETUP
 from tests.slurm.test_preflight_on_cluster import here  # noqa: F401 - the fixture: a fresh folder every user writes
 from workshop.site.limits import limit_lines
 from workshop.site.preflight import slurm
@@ -66,13 +67,13 @@ def test_run_all_keeps_a_cell_within_the_profiles_cap(cluster, here: Path, monke
     ended (sacct's Submit and End, to the second), and all three complete.
 
     The cap is the notebook's (Lab.run_all) and Slurm's: the jobs are real batch scripts on the cluster, whose
-    site setup defines `python` as a 3 s wait, so the launch line trains nothing (issue 51: three BLOOM
+    site setup makes the launch line train nothing (NO_TRAINING_SETUP; issue 51: three BLOOM
     imports, ~11 CPU-s, that this test never read; the baseline's training on the cluster is
     test_jobs_on_cluster's)."""
     from workshop.student.lab import Lab
 
     monkeypatch.chdir(here)
-    stand_in = dataclasses.replace(CI, jobs_per_user=2, setup=(*CI.setup, "python() { sleep 3; }"))
+    stand_in = dataclasses.replace(CI, jobs_per_user=2, setup=(*CI.setup, NO_TRAINING_SETUP))
     lab = Lab(stand_in, jobs_dir=here / "jobs", quiet=True)
     group = lab.run_all({f"{n} steps": dict(step="baseline", max_steps=n, eval_generate=False) for n in (1, 2, 3)})
     records = {name: cluster.wait(job.job_id, timeout=120) for name, job in group.items()}
