@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.slurm.conftest import NO_TRAINING_SETUP
 from tests.slurm.test_preflight_on_cluster import here  # noqa: F401 - the fixture: a fresh folder every user writes
 from workshop.site.limits import limit_lines
 from workshop.site.preflight import slurm
@@ -63,11 +64,17 @@ def test_a_job_whose_slurm_client_cannot_reach_slurmctld_fails_with_the_fix(clus
 
 def test_run_all_keeps_a_cell_within_the_profiles_cap(cluster, here: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """jobs_per_user = 2 and a cell of three jobs: the third is submitted only once one of the first two has
-    ended (sacct's Submit and End, to the second), and all three complete."""
+    ended (sacct's Submit and End, to the second), and all three complete.
+
+    The cap is the notebook's (Lab.run_all) and Slurm's: the jobs are real batch scripts on the cluster, whose
+    site setup makes the launch line train nothing (NO_TRAINING_SETUP; issue 51: three BLOOM
+    imports, ~11 CPU-s, that this test never read; the baseline's training on the cluster is
+    test_jobs_on_cluster's)."""
     from workshop.student.lab import Lab
 
     monkeypatch.chdir(here)
-    lab = Lab(dataclasses.replace(CI, jobs_per_user=2), jobs_dir=here / "jobs", quiet=True)
+    stand_in = dataclasses.replace(CI, jobs_per_user=2, setup=(*CI.setup, NO_TRAINING_SETUP))
+    lab = Lab(stand_in, jobs_dir=here / "jobs", quiet=True)
     group = lab.run_all({f"{n} steps": dict(step="baseline", max_steps=n, eval_generate=False) for n in (1, 2, 3)})
     records = {name: cluster.wait(job.job_id, timeout=120) for name, job in group.items()}
     assert {r["State"] for r in records.values()} == {"COMPLETED"}

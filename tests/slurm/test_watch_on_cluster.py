@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.conftest import CLUSTER_SH, query_slots
+from tests.slurm.conftest import CLUSTER_SH, NO_TRAINING_SETUP, query_slots
 from workshop.slurm.profiles import PROFILES_DIR
 from workshop.slurm import JobState, slurm_backend, submit_all
 
@@ -52,10 +52,11 @@ def jobs_dir(cluster) -> Path:
 
 
 def slow_start_profile(tmp_path: Path, seconds: int) -> Path:
-    """The ci profile, with a site setup that takes `seconds` before the job's log says it starts."""
+    """The ci profile, with a site setup that takes `seconds` before the job's log says it starts (and trains
+    nothing: NO_TRAINING_SETUP; what is watched is the job's life in Slurm and its log's own lines)."""
     path = tmp_path / "ci-slow-setup.toml"
     path.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
-        'python_env = "current"', f'python_env = "current"\nsetup = ["sleep {seconds}"]'))
+        'python_env = "current"', f'python_env = "current"\nsetup = ["sleep {seconds}", "{NO_TRAINING_SETUP}"]'))
     return path
 
 
@@ -159,10 +160,12 @@ def test_an_accounting_outage_is_shown_and_the_logs_are_followed_to_the_end(clus
 
 
 def class_profile(tmp_path: Path, kernels: int) -> Path:
-    """The ci profile for a class of `kernels` at 1 sacct call per second in all."""
+    """The ci profile for a class of `kernels` at 1 sacct call per second in all (its jobs train nothing:
+    NO_TRAINING_SETUP)."""
     path = tmp_path / "ci-class.toml"
     path.write_text((PROFILES_DIR / "ci.toml").read_text().replace(
-        'gpu_request = "gpus-per-node"', f'gpu_request = "gpus-per-node"\n\n[slurm.watch]\nkernels = {kernels}\nsacct_per_s = 1.0', 1))
+        'gpu_request = "gpus-per-node"', f'gpu_request = "gpus-per-node"\n\n[slurm.watch]\nkernels = {kernels}\nsacct_per_s = 1.0', 1)
+        .replace('python_env = "current"', f'python_env = "current"\nsetup = ["{NO_TRAINING_SETUP}"]'))
     return path
 
 
