@@ -16,6 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/.venv/bin:$PATH" OMP_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 WANDB_MODE=offline PYTHONUNBUFFERED=1
+# Bytecode is written (these machines and CI set PYTHONDONTWRITEBYTECODE=1): each of the suite's ~400 Python
+# processes otherwise compiles every workshop module it imports (0.2-0.4 CPU-s a process) and each pytest
+# rewrites every test module's asserts again (11.4 -> 7.3 CPU-s to collect the suite); __pycache__/ is ignored by git.
+unset PYTHONDONTWRITEBYTECODE
 pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider --durations=15)
 # `make test-fast`: the tests that start no process (marker `fast`, tests/tiers.py), in one pytest; a test of the
 # tier that starts one anyway fails and names it. Further arguments narrow it (a file, -k, -x).
