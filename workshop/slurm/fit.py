@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs-dir", default="jobs", help="the cache lives in its .dryrun/ (default: ./jobs)")
     args = p.parse_args(argv)
     from workshop.slurm.profiles import ProfileError
-    from workshop.training.dryrun import format_report
+    from workshop.training.dryrun_report import format_report
 
     try:
         prof = load_profile(args.profile)

@@ -32,11 +32,18 @@ import os
 import time
 from typing import Any, Iterator
 
+if __name__ == "__main__":
+    # the dry run's own process (workshop.slurm.fit): no cyclic collection from here to its exit. Importing torch
+    # and transformers makes the collector pass over a growing heap again and again: ~1 CPU-s of ~5 (see
+    # cyclic_gc_paused for the dry run itself)
+    gc.disable()
+
 import torch
 
 from workshop.training import torch_private
 from workshop.training.config import ConfigError, RunConfig
 from workshop.training.counted_steps import INSTRUMENTED_STEPS
+from workshop.training.dryrun_report import format_report
 from workshop.training.tensor_memory import CATEGORIES
 
 MB = 2**20
@@ -377,30 +384,6 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
         "tokens_per_step": cfg.batch_size * cfg.max_length * cfg.effective_grad_acc,
         "comm": {"by_kind": by_kind(calls), "calls": calls},
         "seconds": round(time.perf_counter() - started, 2)}
-
-
-def format_report(result: dict[str, Any]) -> str:
-    """The dry run as a reader wants it: per-rank memory by category, each phase, FLOPs, collectives."""
-    c, mem = result["config"], result["memory_mb"]
-    lines = [f"dry run: {c['model']}, {c['sharding']} on {c['world_size']} rank(s) ({c['nodes']} node(s)), "
-             f"{c['precision']}, micro-batch {c['batch_size']} x {c['max_length']} tokens, grad_acc "
-             f"{result['grad_acc']}, loss {c['loss']}, offload {c['offload']}, activation checkpointing "
-             f"{c['activation_checkpointing']} ({result['seconds']:.1f} s)",
-             f"note: {result['note']}",
-             f"parameters: {result['params_total']:,}, on rank 0: {result['params_local']:,} "
-             f"({result['sharding_applied']}, mesh {result['mesh']})",
-             "memory per rank (MB, each category's own peak over the step):"]
-    lines += [f"  {k:<16}{mem[k]:>14,.1f}" for k in (*CATEGORIES, "peak", "unsharded_grads",
-                                                      "host_params", "host_grads", "host_optimizer") if k in mem]
-    lines.append("alive at the end of each phase (MB): " + ", ".join(
-        f"{phase} {v['alive_mb']:,.1f} (peak so far {v['peak_so_far_mb']:,.1f})"
-        for phase, v in result["phases"].items()))
-    lines.append(f"FLOPs per optimizer step (rank 0, FlopCounterMode): {result['flops_per_step']:.4g} "
-                 f"for {result['tokens_per_step']:,} tokens")
-    lines.append("collectives per optimizer step (rank 0, as dispatched to c10d):")
-    lines += [f"  {kind:<16}{v['calls']:>6} calls {v['elements']:>16,} elements {v['bytes']:>16,} bytes"
-              for kind, v in result["comm"]["by_kind"].items()] or ["  none"]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
