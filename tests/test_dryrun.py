@@ -242,14 +242,15 @@ def test_the_models_hold_to_the_committed_dry_runs_at_bloom_size():
         assert not differ or any(key in case["case"] for key in grid.COMM_WHY), (case["case"], differ)
 
 
-@pytest.mark.slow   # one BLOOM-560M dry run in a process of its own
+@pytest.mark.slow   # one BLOOM-560M dry run, in this process (which holds torch already: no ~4.5 CPU-s of imports)
 def test_a_dry_run_today_measures_what_the_committed_grid_holds():
-    """The committed report is today's dry run: BLOOM-560M full_shard on 8, run again, gives its figures."""
+    """The committed report is today's dry run: BLOOM-560M full_shard on 8, run again, gives its figures (here
+    through fit.dry_run's in-process path, the bench's; grid.py's own path, a process, is the CLI tests')."""
     from workshop.slurm.fit import dry_run
 
     grid, report = grid_module(), committed_grid()
     case = next(c for c in report["cases"] if c["case"] == "560m-full_shard-x8")
-    result = dry_run(grid.config(case["config"]), None)
+    result = dry_run(grid.config(case["config"]), None, in_process=True)
     for r in case["memory"]:
         assert result["memory_mb"][r["category"]] == pytest.approx(r["dry_run_mb"], rel=0.005, abs=0.1), r
     for r in case["comm"]:
