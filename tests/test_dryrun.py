@@ -3,6 +3,8 @@ and no job that cannot fit its GPUs reaches the queue (workshop.slurm.fit). Issu
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 import re
@@ -47,6 +49,33 @@ def test_a_tiny_full_shard_dry_run_holds_a_shard_of_every_parameter_and_sends_wh
     assert {k: {m: v[m] for m in ("calls", "elements", "bytes")} for k, v in predicted.items()} \
         == result["comm"]["by_kind"]
     assert result["flops_per_step"] > 6 * params * 2 * 64   # at least 6 FLOPs per parameter and token
+
+
+def test_the_dry_runs_figures_do_not_depend_on_when_the_cyclic_collector_runs(monkeypatch):
+    """dry_run pauses Python's cyclic garbage collector (a fifth of its CPU) and gives it back as it was: a tensor
+    the tracker counts that only a collection frees would make its figures depend on when one ran. With the
+    collector on and collecting often, the same config gives the same JSON (but its seconds)."""
+    from workshop.training import dryrun
+
+    def figures(result: dict) -> dict:
+        return {k: v for k, v in result.items() if k not in ("seconds", "steps_s")}
+
+    assert gc.isenabled()
+    paused = dryrun.dry_run(tiny_config(offload=True, activation_checkpointing=True))
+    assert gc.isenabled(), "the dry run left the caller's collector off"
+
+    @contextlib.contextmanager
+    def collecting_often():
+        threshold = gc.get_threshold()
+        gc.set_threshold(100, 1, 1)
+        try:
+            yield
+        finally:
+            gc.set_threshold(*threshold)
+
+    monkeypatch.setattr(dryrun, "cyclic_gc_paused", collecting_often)
+    collected = dryrun.dry_run(tiny_config(offload=True, activation_checkpointing=True))
+    assert figures(collected) == figures(paused)
 
 
 def test_answer_only_is_refused_with_the_field_and_what_to_dry_run_instead():
@@ -213,14 +242,15 @@ def test_the_models_hold_to_the_committed_dry_runs_at_bloom_size():
         assert not differ or any(key in case["case"] for key in grid.COMM_WHY), (case["case"], differ)
 
 
-@pytest.mark.slow   # one BLOOM-560M dry run in a process of its own
+@pytest.mark.slow   # one BLOOM-560M dry run, in this process (which holds torch already: no ~4.5 CPU-s of imports)
 def test_a_dry_run_today_measures_what_the_committed_grid_holds():
-    """The committed report is today's dry run: BLOOM-560M full_shard on 8, run again, gives its figures."""
+    """The committed report is today's dry run: BLOOM-560M full_shard on 8, run again, gives its figures (here
+    through fit.dry_run's in-process path, the bench's; grid.py's own path, a process, is the CLI tests')."""
     from workshop.slurm.fit import dry_run
 
     grid, report = grid_module(), committed_grid()
     case = next(c for c in report["cases"] if c["case"] == "560m-full_shard-x8")
-    result = dry_run(grid.config(case["config"]), None)
+    result = dry_run(grid.config(case["config"]), None, in_process=True)
     for r in case["memory"]:
         assert result["memory_mb"][r["category"]] == pytest.approx(r["dry_run_mb"], rel=0.005, abs=0.1), r
     for r in case["comm"]:

@@ -244,7 +244,7 @@ def dry_run_flops(cfg: RunConfig, seq_len: int, cache: Path) -> dict[str, Any]:
                                                    activation_checkpointing=False, loss="full", precision="fp32",
                                                    max_length=max(32, seq_len), pad_to_max_length=False))
     try:
-        result = dry_run(counted, cache)
+        result = dry_run(counted, cache, in_process=True)    # the bench's process trains nothing itself
     except ConfigError as e:
         return {"error": str(e), "seq_len": seq_len}
     return {"flops_per_step": result["flops_per_step"], "tokens_per_step": result["tokens_per_step"],
@@ -279,7 +279,7 @@ def with_dry_run_memory(row: dict[str, Any], cfg: RunConfig, seq_len: int, cache
 
     try:
         result = dry_run(load_config(base=cfg, overrides={"max_length": max(32, seq_len), "pad_to_max_length": False}),
-                         cache)
+                         cache, in_process=True)
     except ConfigError as e:
         row["dry_run_peak_mb"], row["dry_run_error"] = None, str(e)
         return

@@ -9,7 +9,8 @@ refused with the figure, the partition's memory and the largest micro-batch that
 linearly with the micro-batch at a fixed sequence length: two dry runs give the line). `force` submits
 anyway. Only partitions that state `gpu_mem` are checked (a CPU or local profile pays nothing), and only
 training steps. Each dry run runs in a process of its own (no torch in the notebook's kernel, no process
-group left behind) and is cached under the jobs folder by the config's hash: a second Run All costs nothing.
+group left behind; the bench, which holds torch already, runs its small ones in its own: `in_process`) and is
+cached under the jobs folder by the config's hash: a second Run All costs nothing.
 
 `workshop dryrun STEP --profile P [--set key=value ...] [--json]` prints a step's dry run.
 """
@@ -69,22 +70,16 @@ def read_cached(caches: list[Path], name: str) -> dict[str, Any] | None:
     return None
 
 
-def dry_run(cfg: RunConfig, cache_dir: Path | None) -> dict[str, Any]:
+def dry_run(cfg: RunConfig, cache_dir: Path | None, in_process: bool = False) -> dict[str, Any]:
     """The dry run of `cfg` (workshop.training.dryrun), from a cache (`cache_dir`, then shared_cache()) when this
-    config ran before; a new one is written to both."""
+    config ran before; a new one is written to both. It runs in a process of its own, or here with `in_process`:
+    for a caller that holds torch already and runs no process group of its own (the bench), where a process
+    would spend more CPU importing torch and transformers (~4.5 s) than a small dry run takes."""
     name = f"{config_hash(cfg)}.json"
     caches = [c for c in (cache_dir, shared_cache()) if c is not None]
     if (found := read_cached(caches, name)) is not None:
         return found
-    with tempfile.TemporaryDirectory(prefix="workshop-dryrun-") as tmp:
-        path = cfg.to_json(Path(tmp) / "config.json")
-        done = subprocess.run([sys.executable, "-m", "workshop.training.dryrun", "--config", str(path), "--json"],
-                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise ConfigError("dry run", f"the job's dry run failed: {last}",
-                          "run `python -m workshop.training.dryrun --config <its config.json>` to see why")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run_here(cfg) if in_process else _run_in_a_process(cfg)
     for cache in caches:
         try:
             cache.mkdir(parents=True, exist_ok=True)
@@ -93,6 +88,40 @@ def dry_run(cfg: RunConfig, cache_dir: Path | None) -> dict[str, Any]:
         except OSError:   # a folder this user cannot write (an instructor's): the next check runs it again
             pass
     return result
+
+
+FAILED_HINT = "run `python -m workshop.training.dryrun --config <its config.json>` to see why"
+
+
+def _run_in_a_process(cfg: RunConfig) -> dict[str, Any]:
+    """`python -m workshop.training.dryrun` on the config: no torch, no process group left in the caller."""
+    with tempfile.TemporaryDirectory(prefix="workshop-dryrun-") as tmp:
+        path = cfg.to_json(Path(tmp) / "config.json")
+        done = subprocess.run([sys.executable, "-m", "workshop.training.dryrun", "--config", str(path), "--json"],
+                              capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise ConfigError("dry run", f"the job's dry run failed: {last}", FAILED_HINT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run_here(cfg: RunConfig) -> dict[str, Any]:
+    """The dry run in this process, as quiet as the process (whose stderr is read only when it fails: torch's and
+    accelerate's warnings about fake tensors), failing as it would: ConfigError naming its last line (the
+    module's `error: ...`, or the exception)."""
+    import warnings
+
+    from workshop.training.dryrun import dry_run as run
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return json.loads(json.dumps(run(cfg)))    # as the process hands it over: JSON types only
+    except ConfigError as e:
+        last = f"error: {e}"
+    except Exception as e:  # noqa: BLE001  (the process's traceback ends in the same line)
+        last = f"{type(e).__name__}: {e}"
+    raise ConfigError("dry run", f"the job's dry run failed: {last}", FAILED_HINT)
 
 
 def gpu_need_mb(peak_mb: float) -> float:
@@ -153,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--jobs-dir", default="jobs", help="the cache lives in its .dryrun/ (default: ./jobs)")
     args = p.parse_args(argv)
     from workshop.slurm.profiles import ProfileError
-    from workshop.training.dryrun import format_report
+    from workshop.training.dryrun_report import format_report
 
     try:
         prof = load_profile(args.profile)

@@ -27,15 +27,23 @@ both are refused. fp16's gradient scaler skips its inf check (a host sync).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import time
 from typing import Any, Iterator
+
+if __name__ == "__main__":
+    # the dry run's own process (workshop.slurm.fit): no cyclic collection from here to its exit. Importing torch
+    # and transformers makes the collector pass over a growing heap again and again: ~1 CPU-s of ~5 (see
+    # cyclic_gc_paused for the dry run itself)
+    gc.disable()
 
 import torch
 
 from workshop.training import torch_private
 from workshop.training.config import ConfigError, RunConfig
 from workshop.training.counted_steps import INSTRUMENTED_STEPS
+from workshop.training.dryrun_report import format_report
 from workshop.training.tensor_memory import CATEGORIES
 
 MB = 2**20
@@ -333,6 +341,22 @@ def job_world(cfg: RunConfig) -> Iterator[None]:
         _reset_accelerate()
 
 
+@contextlib.contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the dry run, as it was after. Why: fake-tensor dispatch makes
+    hundreds of thousands of short-lived containers (cache keys, metadata), and the collector's passes over
+    them (and over the process's whole heap: a test session's, a kernel's) cost a fifth of a dry run's CPU.
+    What it leaves uncollected until the end is a few MB of Python objects; every tensor the tracker counts
+    is freed by its reference count, so the figures are the same (tests/test_dryrun.py compares them)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def dry_run(cfg: RunConfig) -> dict[str, Any]:
     """The job of `cfg` at full size on fake tensors: rank 0's memory by category (its peak and each
     phase), the FLOPs of one optimizer step and every collective of one step (module docstring)."""
@@ -340,7 +364,7 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
 
     check_dry_runnable(cfg)
     started = time.perf_counter()
-    with job_world(cfg):
+    with cyclic_gc_paused(), job_world(cfg):
         fake = torch_private.fake_tensor_mode()
         model = build_model(cfg, fake)
         if cfg.wrap_function:
@@ -360,30 +384,6 @@ def dry_run(cfg: RunConfig) -> dict[str, Any]:
         "tokens_per_step": cfg.batch_size * cfg.max_length * cfg.effective_grad_acc,
         "comm": {"by_kind": by_kind(calls), "calls": calls},
         "seconds": round(time.perf_counter() - started, 2)}
-
-
-def format_report(result: dict[str, Any]) -> str:
-    """The dry run as a reader wants it: per-rank memory by category, each phase, FLOPs, collectives."""
-    c, mem = result["config"], result["memory_mb"]
-    lines = [f"dry run: {c['model']}, {c['sharding']} on {c['world_size']} rank(s) ({c['nodes']} node(s)), "
-             f"{c['precision']}, micro-batch {c['batch_size']} x {c['max_length']} tokens, grad_acc "
-             f"{result['grad_acc']}, loss {c['loss']}, offload {c['offload']}, activation checkpointing "
-             f"{c['activation_checkpointing']} ({result['seconds']:.1f} s)",
-             f"note: {result['note']}",
-             f"parameters: {result['params_total']:,}, on rank 0: {result['params_local']:,} "
-             f"({result['sharding_applied']}, mesh {result['mesh']})",
-             "memory per rank (MB, each category's own peak over the step):"]
-    lines += [f"  {k:<16}{mem[k]:>14,.1f}" for k in (*CATEGORIES, "peak", "unsharded_grads",
-                                                      "host_params", "host_grads", "host_optimizer") if k in mem]
-    lines.append("alive at the end of each phase (MB): " + ", ".join(
-        f"{phase} {v['alive_mb']:,.1f} (peak so far {v['peak_so_far_mb']:,.1f})"
-        for phase, v in result["phases"].items()))
-    lines.append(f"FLOPs per optimizer step (rank 0, FlopCounterMode): {result['flops_per_step']:.4g} "
-                 f"for {result['tokens_per_step']:,} tokens")
-    lines.append("collectives per optimizer step (rank 0, as dispatched to c10d):")
-    lines += [f"  {kind:<16}{v['calls']:>6} calls {v['elements']:>16,} elements {v['bytes']:>16,} bytes"
-              for kind, v in result["comm"]["by_kind"].items()] or ["  none"]
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
