@@ -146,3 +146,51 @@ def test_the_untrained_loss_text_names_the_model_the_key_measures() -> None:
     blocks = answer_key.UNTRAINED_BLOCKS
     assert f"hidden {blocks['hidden_size']}, {blocks['n_layer']} layers" in text
     assert f"{answer_key.BLOOM_VOCAB:,}" in text and "BLOOM-560M's shapes" not in text
+
+
+def test_the_hidden_tests_untrained_loss_is_the_tables_measurement_of_the_same_case() -> None:
+    """Notebook 01's hidden test asks the key for each shipped profile's unseen examples at the run's length: the
+    table holds that case (a graded kernel then builds no BLOOM, issue 51), and it is what the forward pass gives."""
+    from workshop.grading import key_measures, references
+    from workshop.slurm.profiles import load_profile
+    from workshop.slurm.steps import step_config
+    from workshop.training import models
+    from workshop.training.data import load_examples
+
+    config = step_config("baseline", load_profile("ci"), {})
+    tok = models.load_tokenizer(config.model)
+    unseen = [load_examples(config.dataset, "train", config.train_size + 20)[config.train_size + i]
+              for i in references.UNSEEN]       # the hidden test's `unseen`
+    stored = references.untrained_loss(tok, unseen, config.max_length, answer_key.BLOOM_VOCAB, 0)
+    assert stored is not None
+    assert answer_key.untrained_loss_measured(tok, unseen, config.max_length) == stored
+    assert stored == key_measures.untrained_loss(tok, unseen, config.max_length)
+
+
+def test_notebook_01_and_02s_keys_and_yaml_need_no_torch() -> None:
+    """What a graded 01 or 02 kernel asks the key (a recipe's bytes, the untrained loss of the hidden test's case,
+    notebook 02's GPU count) and notebook 02's accelerate YAML, in a fresh interpreter: torch is never imported
+    (1.8 CPU-s, transformers' BLOOM 2.7 more, in each of the class's kernels; issue 51)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from workshop.grading import answer_key, references
+from workshop.slurm.profiles import load_profile
+from workshop.slurm.steps import step_config
+from workshop.training import models
+from workshop.training.accelerate_yaml import to_yaml
+from workshop.training.data import load_examples
+
+config = step_config("baseline", load_profile("ci"), {})
+tok = models.load_tokenizer(config.model)
+examples = load_examples(config.dataset, "train", config.train_size + 20)
+answer_key.untrained_loss_measured(tok, [examples[config.train_size + i] for i in references.UNSEEN], config.max_length)
+answer_key.recipe_bytes("eight_bit"), answer_key.fewest_gpus_for("bloom-7b1", answer_key.SEVEN_B_BUDGET_GIB)
+print(to_yaml(step_config("fsdp_1gpu", load_profile("ci"), {"sharding": "full_shard", "offload": True})))
+assert "torch" not in sys.modules, "torch was imported"
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "fsdp_offload_params: true" in done.stdout

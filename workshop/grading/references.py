@@ -142,6 +142,16 @@ def encoded(tok: Any, example: Any, length: int) -> dict[str, list[int]]:
     return lookup("encoded", tokenizer_id(tok), example.id, length)
 
 
+def untrained_loss(tok: Any, examples: Iterable[Any], max_length: int, vocab: int, seed: int) -> float | None:
+    """Notebook 01's untrained loss of `examples` as the answer key measured it when the table was written; None
+    for a case the table lacks (the key then measures it)."""
+    return _values().get("untrained_loss", {}).get(_untrained_key(tok, examples, max_length, vocab, seed))
+
+
+def _untrained_key(tok: Any, examples: Iterable[Any], max_length: int, vocab: int, seed: int) -> str:
+    return key(tokenizer_id(tok), ",".join(str(ex.id) for ex in examples), max_length, vocab, seed)
+
+
 def profiles_to_write() -> list[str]:
     """Every profile the course ships."""
     from workshop.slurm.profiles import available
@@ -154,6 +164,7 @@ def _model_rows() -> dict[str, dict[str, Any]]:
     """The rows no site changes: shapes, memory, logits, collectives, bus factors."""
     from workshop.comm import model as comm
     from workshop.comm.bandwidth import bus_factor as bus
+    from workshop.grading import key_measures
     from workshop.results import memory
 
     def mb(model: str, run: str, n: int, precision: str, device: str) -> dict[str, float]:
@@ -177,6 +188,7 @@ def _model_rows() -> dict[str, dict[str, Any]]:
                        "adam_exp_avg": bloom.optimizer / bloom.n_params / 2,
                        "adam_exp_avg_sq": bloom.optimizer / bloom.n_params / 2},
             "transient": {"bf16_weight_copy": memory.COMPUTE_BYTES["bf16"]}}},
+        "recipe_bytes": {key(r): key_measures.recipe_bytes(r) for r in key_measures.RECIPES},
         "memory_mb": {key(m, run, n, p, d): mb(m, run, n, p, d) for m, run, n in MEMORY_CASES
                       for p in memory.COMPUTE_BYTES for d in ("cpu", "cuda")},
         "logits_mb": {key(m, b, s, n, p, loss): memory.estimate(m, "full_shard", 1, p, b, s, loss=loss,
@@ -200,9 +212,11 @@ def _strategy_runs() -> dict[str, dict[str, Any]]:
     return {name: spec for name, spec in STATIC_RUNS["03_sharding_strategies"].items() if name != "budget challenge"}
 
 
-def _site_rows(profile_names: Iterable[str]) -> dict[str, dict[str, Any]]:
+def _site_rows(profile_names: Iterable[str], have: Mapping[str, Mapping[str, Any]] | None = None
+               ) -> dict[str, dict[str, Any]]:
     """The rows a site's profile decides: notebook 03's runs' peaks, notebook 04's plan's steps, notebook 01's
-    encoding under the site's tokenizer."""
+    encoding and untrained loss under the site's tokenizer. An untrained loss `have` already holds is taken from
+    it, not measured again (a forward pass of BLOOM: grading and the course run call this)."""
     from workshop.results.memory import estimate, estimate_args
     from workshop.slurm.profiles import load_profile
     from workshop.slurm.steps import scaling_plan, step_config
@@ -212,6 +226,7 @@ def _site_rows(profile_names: Iterable[str]) -> dict[str, dict[str, Any]]:
     peaks: dict[str, float] = {}
     steps = {key(*case): expected_steps(*case) for case in STEP_CASES}
     rows: dict[str, dict[str, list[int]]] = {}
+    losses: dict[str, float] = dict((have or {}).get("untrained_loss", {}))
     for name in profile_names:
         profile = load_profile(name)
         for spec in STATIC_RUNS["03_sharding_strategies"].values():
@@ -221,12 +236,13 @@ def _site_rows(profile_names: Iterable[str]) -> dict[str, dict[str, Any]]:
         for n in plan.gpu_counts:
             case = (SQUAD_TRAIN, 1, plan.micro_batch, plan.global_batch // (plan.micro_batch * n), n)
             steps[key(*case)] = expected_steps(*case)
-        rows.update(_encoded_rows(step_config("baseline", profile, {})))
-    return {"peak_mb": peaks, "optimizer_steps": steps, "encoded": rows}
+        rows.update(_encoded_rows(step_config("baseline", profile, {}), losses))
+    return {"peak_mb": peaks, "optimizer_steps": steps, "encoded": rows, "untrained_loss": losses}
 
 
-def _encoded_rows(config: Any) -> dict[str, dict[str, list[int]]]:
-    """Notebook 01's unseen examples, encoded by the training script at the run's length and the short one."""
+def _encoded_rows(config: Any, losses: dict[str, float]) -> dict[str, dict[str, list[int]]]:
+    """Notebook 01's unseen examples, encoded by the training script at the run's length and the short one; their
+    untrained loss (the answer key's forward pass) into `losses`, where it is not there yet."""
     from workshop.training import models
     from workshop.training.data import encode_for_training, load_examples
     from workshop.training.errors import ConfigError
@@ -237,6 +253,12 @@ def _encoded_rows(config: Any) -> dict[str, dict[str, list[int]]]:
     except (OSError, ConfigError) as e:
         print(f"no encoding rows for {config.model} on {config.dataset}: {str(e).splitlines()[0][:120]}")
         return {}
+    from workshop.grading import key_measures
+
+    unseen = [examples[config.train_size + i] for i in UNSEEN]
+    case = (tok, unseen, config.max_length, key_measures.BLOOM_VOCAB, 0)
+    if _untrained_key(*case) not in losses:
+        losses[_untrained_key(*case)] = key_measures.untrained_loss(*case)
     return {key(tokenizer_id(tok), ex.id, length): encode_for_training(tok, ex, length)
             for ex in (examples[config.train_size + i] for i in UNSEEN)
             for length in (config.max_length, SHORT_LENGTH)}
@@ -253,7 +275,7 @@ def add_site_rows(profile_names: Iterable[str | Path]) -> list[str]:
     own profile is graded against its own rows, written from the models before any hidden test reads them."""
     values, changed = _values(), set()
     site = json.loads(SITE_FILE.read_text()) if SITE_FILE.is_file() else {}
-    for table, rows in _site_rows([n for n in profile_names if n]).items():
+    for table, rows in _site_rows([n for n in profile_names if n], have=values).items():
         for k, v in rows.items():
             if values.get(table, {}).get(k) != v:
                 site.setdefault(table, {})[k] = v

@@ -155,6 +155,7 @@ REFERENCE_MODULES: dict[str, str] = {
     "workshop.student.runs": REFERENCE_NAMES["STATIC_RUNS"],
     "workshop.site.budget": REFERENCE_NAMES["STATIC_RUNS"],
     "workshop.grading.answer_key": REFERENCE_NAMES["answer_key"],
+    "workshop.grading.key_measures": REFERENCE_NAMES["answer_key"],
     "workshop.grading.references": "the hidden tests' reference values (workshop.grading.references)",
 }
 # Lesson tools that give the memory model's answer for any case asked: fine in a cell, not inside a

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from workshop.training.config import HYBRID_SHARDINGS, ConfigError, RunConfig
+from workshop.training.fsdp_arguments import native_fsdp_arguments
 from workshop.training.hf_fsdp import fsdp_enabled, normalized_config, parse
 
 FILE = "accelerate.yaml"
@@ -47,8 +48,6 @@ _TRUE = ("true", "1", "yes")
 
 
 def _fsdp_arguments(cfg: RunConfig) -> tuple[Any, dict[str, Any]]:
-    from workshop.training.sharding import native_fsdp_arguments   # torch: only for an FSDP config
-
     args = native_fsdp_arguments(cfg)
     assert args is not None
     return args
