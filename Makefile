@@ -1,6 +1,10 @@
 # The two set-up commands of README.md. Each installs what it needs first.
 .PHONY: course test test-fast venv mutation
 
+# Bytecode is written (some machines, CI's among them, set PYTHONDONTWRITEBYTECODE): a module's first import
+# compiles it for every later process (scripts/bootstrap.sh has pip compile nothing).
+unexport PYTHONDONTWRITEBYTECODE
+
 venv:
 	@bash scripts/bootstrap.sh
 
