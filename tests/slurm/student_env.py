@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 STUDENT = "student"
 # the checkout's parts a job of `student` reads (the package, its batch templates and profiles); the rest
 # (.git, .venv, results) stays where it is
-CHECKOUT_PARTS = ("workshop", "slurm", "pyproject.toml")
+CHECKOUT_PARTS = ("workshop", "slurm", "notebooks", "pyproject.toml")
 
 
 @dataclass(frozen=True)

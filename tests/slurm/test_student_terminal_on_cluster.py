@@ -64,7 +64,7 @@ def test_the_students_terminal_prints_nothing_a_check_grades(cluster, student_vi
 def check_routes(cluster, student_view, where: Path) -> None:
     venv = students_env(cluster, student_view, where)
     course = where / "fsdp-workshop"
-    cluster.run(str(venv / "bin" / "workshop"), "student-folder", str(course), "--release", str(ROOT / "notebooks"),
+    cluster.run(str(venv / "bin" / "workshop"), "student-folder", str(course), "--release", str(student_view.repo / "notebooks"),
                 user="student", timeout=120)
     (where / "routes.sh").write_text(ROUTES)
     bashrc = student_view.repo / "slurm" / "ood" / "template" / "terminal.bashrc"
