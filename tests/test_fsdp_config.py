@@ -10,7 +10,8 @@ import pytest
 from workshop.grading import consistency, fsdp_rules
 from workshop.training import counted_steps, wrap_function
 from workshop.training.config import ConfigError, load_config
-from workshop.training.sharding import native_fsdp_arguments, requested, trainer_sharding_kwargs
+from workshop.training.fsdp_arguments import native_fsdp_arguments
+from workshop.training.sharding import requested, trainer_sharding_kwargs
 
 ROOT = Path(__file__).resolve().parent.parent
 

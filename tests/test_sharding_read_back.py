@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 
 from workshop.training import sharding  # noqa: E402
 from workshop.training.config import ConfigError, RunConfig  # noqa: E402
+from workshop.training.fsdp_arguments import native_fsdp_arguments  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +125,7 @@ def test_the_course_spelling_becomes_hugging_faces_arguments() -> None:
         "version": 2, "reshard_after_forward": True, "cpu_offload": False, "activation_checkpointing": False,
         "state_dict_type": "SHARDED_STATE_DICT", "auto_wrap_policy": "TRANSFORMER_BASED_WRAP",
         "transformer_layer_cls_to_wrap": ["BloomBlock"]}}
-    sgo = sharding.native_fsdp_arguments(RunConfig(sharding="shard_grad_op", procs_per_node=2, offload=True,
+    sgo = native_fsdp_arguments(RunConfig(sharding="shard_grad_op", procs_per_node=2, offload=True,
                                                    activation_checkpointing=True).validate())
     assert sgo[1]["reshard_after_forward"] is False and sgo[1]["cpu_offload"] is True
     assert sgo[1]["activation_checkpointing"] is True
@@ -133,7 +134,7 @@ def test_the_course_spelling_becomes_hugging_faces_arguments() -> None:
                                                         hybrid_replicas=2).validate())
     pc = hybrid["parallelism_config"]
     assert (pc.dp_replicate_size, pc.dp_shard_size) == (2, 2) and hybrid["fsdp_config"]["reshard_after_forward"]
-    zero2 = sharding.native_fsdp_arguments(RunConfig(sharding="hybrid_shard_grad_op", procs_per_node=4,
+    zero2 = native_fsdp_arguments(RunConfig(sharding="hybrid_shard_grad_op", procs_per_node=4,
                                                      hybrid_replicas=2).validate())
     assert zero2[1]["reshard_after_forward"] is False
 
@@ -141,14 +142,14 @@ def test_the_course_spelling_becomes_hugging_faces_arguments() -> None:
 def test_a_students_own_arguments_go_as_written(tmp_path) -> None:  # noqa: ANN001
     native = RunConfig(fsdp="full_shard auto_wrap", procs_per_node=2,
                        fsdp_config={"transformer_layer_cls_to_wrap": ["BloomBlock"]}).validate()
-    assert sharding.native_fsdp_arguments(native) == ("full_shard auto_wrap", {
+    assert native_fsdp_arguments(native) == ("full_shard auto_wrap", {
         "transformer_layer_cls_to_wrap": ["BloomBlock"], "state_dict_type": "SHARDED_STATE_DICT"})
     full_state = native.replace(fsdp_config={"state_dict_type": "FULL_STATE_DICT"})
-    assert sharding.native_fsdp_arguments(full_state)[1] == {"state_dict_type": "FULL_STATE_DICT"}
+    assert native_fsdp_arguments(full_state)[1] == {"state_dict_type": "FULL_STATE_DICT"}
     switch = RunConfig(fsdp="true", procs_per_node=2).validate()
-    assert sharding.native_fsdp_arguments(switch)[0] is True
+    assert native_fsdp_arguments(switch)[0] is True
     own = RunConfig(sharding="full_shard", procs_per_node=2, wrap_function=f"{tmp_path / 'w.py'}:wrap").validate()
-    args = sharding.native_fsdp_arguments(own)[1]
+    args = native_fsdp_arguments(own)[1]
     assert args["auto_wrap_policy"] == "NO_WRAP" and "transformer_layer_cls_to_wrap" not in args
     assert sharding.requested(own).auto_wrap_policy == "NO_WRAP"
     assert sharding.requested(RunConfig().validate()) is None

@@ -36,14 +36,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from workshop.training.config import HYBRID_SHARDINGS, ConfigError, RunConfig
-from workshop.training.fsdp_arguments import native_fsdp_arguments
+from workshop.training.fsdp_arguments import BLOCK_CLASS, native_fsdp_arguments
 from workshop.training.hf_fsdp import fsdp_enabled, normalized_config, parse
 
 FILE = "accelerate.yaml"
 MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
-# The block class of the course's model: what transformers wraps when transformer_layer_cls_to_wrap is
-# not named (BLOOM's _no_split_modules), and what the course's own sharding names
-BLOCK_CLASS = "BloomBlock"
 _TRUE = ("true", "1", "yes")
 
 

@@ -19,7 +19,7 @@ import torch
 
 from workshop.training import torch_private
 from workshop.training.config import HYBRID_SHARDINGS, ConfigError, RunConfig
-from workshop.training.fsdp_arguments import BLOCK_CLASS, native_fsdp_arguments  # noqa: F401  (re-exported)
+from workshop.training.fsdp_arguments import native_fsdp_arguments
 from workshop.training.hf_fsdp import FsdpRequest, parse
 
 

@@ -564,8 +564,9 @@ def applied_fsdp_fields(cfg: RunConfig, applied: dict[str, Any], local_shapes: l
     checks of notebook 02 read these (units, block class, policy, per-rank shard shapes, and the padded
     storage behind each rank's shard)."""
     from workshop.training import sharding, wrap_function
+    from workshop.training.fsdp_arguments import native_fsdp_arguments
 
-    native = sharding.native_fsdp_arguments(cfg)
+    native = native_fsdp_arguments(cfg)
     return {
         "hf_fsdp": native[0] if native else None, "hf_fsdp_config": native[1] if native else None,
         "fsdp_unit_names": applied.get("fsdp_unit_names"), "blocks_wrapped": applied.get("blocks_wrapped"),
