@@ -71,9 +71,52 @@ def module_of(mutant: str) -> str:
     return mutant.rsplit(".", 1)[0]
 
 
-def report(statuses: dict[str, str]) -> tuple[str, float]:
+HELP_KEYWORDS = frozenset({"help", "description", "epilog"})
+HELP_REASON = "argparse help text: changes `--help` only"
+
+
+def help_text_only(mutant: str, root: Path = ROOT) -> bool:
+    """Whether the mutant changes nothing but an argparse text a user reads in `--help` (a `help=`,
+    `description=` or `epilog=` value, or its removal): an equivalent mutant, kept out of the score as the
+    11-26 report kept each such one by hand. Read from the mutated module mutmut wrote (mutants/...): the
+    mutant's function and the original, compared with those keywords dropped from every call."""
+    import ast
+
+    module, function = mutant.rsplit(".", 1)
+    path = root / "mutants" / Path(*module.split(".")).with_suffix(".py")
+    try:
+        tree = ast.parse(path.read_text())
+    except (OSError, SyntaxError):
+        return False
+    orig = function.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
+    found = {node.name: node for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (function, orig)}
+    if set(found) != {function, orig}:
+        return False
+    return _without_help(found[function]) == _without_help(found[orig]) != ""
+
+
+def _without_help(function: "ast.FunctionDef | ast.AsyncFunctionDef") -> str:
+    """The function's body, every call's help-text keywords dropped ("" if it holds no call with one)."""
+    import ast
+    import copy
+
+    body, dropped = copy.deepcopy(function.body), 0
+    for node in ast.walk(ast.Module(body=body, type_ignores=[])):
+        if isinstance(node, ast.Call):
+            kept = [k for k in node.keywords if k.arg not in HELP_KEYWORDS]
+            dropped += len(node.keywords) - len(kept)
+            node.keywords = kept
+    return "\n".join(ast.dump(n) for n in body) if dropped else ""
+
+
+def report(statuses: dict[str, str], known: set[str] | None = None) -> tuple[str, float]:
+    """The report's text and score over `statuses`; `known` (every mutant's name, where `statuses` is a sample)
+    tells an equivalent that is gone from one that was not drawn."""
     equivalent = tomllib.loads(EQUIVALENT.read_text()).get("equivalent", {}) if EQUIVALENT.is_file() else {}
-    stale = sorted(set(equivalent) - set(statuses))
+    equivalent.update({m: HELP_REASON for m, s in statuses.items()
+                       if s in ("survived", "no tests") and m not in equivalent and help_text_only(m)})
+    stale = sorted(set(equivalent) - (known if known is not None else set(statuses)))
     lines = [f"# Mutation score, {dt.date.today().isoformat()}", "",
              f"mutmut 3 over pyproject's [tool.mutmut] modules with the fast tests it lists (`make mutation`); "
              f"commit {_git('rev-parse', '--short', 'HEAD')}, {platform.node()}, {os.cpu_count()} cores, Python "
@@ -106,7 +149,12 @@ def report(statuses: dict[str, str]) -> tuple[str, float]:
                   f"{changing} that were.", ""]
     lines += ["## Survivors left on purpose (equivalent mutants)", "",
               "Each changes the code but not what it does; `mutmut show NAME` prints the change.", ""]
-    lines += [f"- `{m}`: {equivalent[m]}" for m in sorted(equivalent) if statuses.get(m) not in (None, "killed")]
+    left = sorted(m for m in equivalent if statuses.get(m) not in (None, "killed"))
+    lines += [f"- `{m}`: {equivalent[m]}" for m in left if equivalent[m] != HELP_REASON]
+    helps = [m for m in left if equivalent[m] == HELP_REASON]
+    if helps:
+        lines += [f"- {len(helps)} that change an argparse help text only (`--help`; found by help_text_only): "
+                  + ", ".join(f"`{m.rsplit('.', 1)[1]}` ({module_of(m)})" for m in helps)]
     killed_anyway = sorted(m for m in equivalent if statuses.get(m) == "killed")
     if killed_anyway or stale:
         lines += ["", "Listed as equivalent but killed or gone (the list is out of date): "
@@ -135,13 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report and run(args.children, names) != 0:
         print("mutation: mutmut failed (its output is above)", file=sys.stderr)
         return 2
-    statuses = results()
-    if names:
-        statuses = {m: s for m, s in statuses.items() if m in set(names)}
+    everything = results()
+    statuses = {m: s for m, s in everything.items() if m in set(names)} if names else everything
     if not statuses:
         print("mutation: no mutmut results under mutants/: run without --report first", file=sys.stderr)
         return 2
-    text, score = report(statuses)
+    text, score = report(statuses, set(everything))
     if names:
         text = text.replace("\n\n| module", f"\n\nA sample: {args.sample} mutants of each module drawn at random "
                             "(seed 0), not all of them.\n\n| module", 1)

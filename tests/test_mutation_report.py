@@ -1,0 +1,51 @@
+"""benchmarks/mutation.py's reading of mutmut's mutants: which survivors change only a `--help` text (equivalent
+mutants, out of the score) and which change what a command does (they count against it)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import mutation  # noqa: E402
+
+MUTATED = '''
+import argparse
+
+def x_main__mutmut_orig(argv=None):
+    p = argparse.ArgumentParser(prog="workshop x", description="Do x.")
+    p.add_argument("--n", type=int, default=1, help="how many")
+    return p.parse_args(argv).n
+
+def x_main__mutmut_1(argv=None):
+    p = argparse.ArgumentParser(prog="workshop x", description="Do x.")
+    p.add_argument("--n", type=int, default=1, help="XXhow manyXX")
+    return p.parse_args(argv).n
+
+def x_main__mutmut_2(argv=None):
+    p = argparse.ArgumentParser(prog="workshop x", description=None)
+    p.add_argument("--n", type=int, default=1, )
+    return p.parse_args(argv).n
+
+def x_main__mutmut_3(argv=None):
+    p = argparse.ArgumentParser(prog="workshop x", description="Do x.")
+    p.add_argument("--n", type=int, default=2, help="how many")
+    return p.parse_args(argv).n
+
+def x_main__mutmut_4(argv=None):
+    p = argparse.ArgumentParser(prog=None, description="Do x.")
+    p.add_argument("--n", type=int, default=1, help="how many")
+    return p.parse_args(argv).n
+'''
+
+
+def test_only_a_changed_or_removed_help_text_is_an_equivalent_mutant(tmp_path: Path) -> None:
+    """A help or description text changed or dropped is equivalent; a default or the prog a usage error names
+    is not; nor is a mutant whose module or original mutmut did not write."""
+    module = tmp_path / "mutants" / "pkg" / "mod.py"
+    module.parent.mkdir(parents=True)
+    module.write_text(MUTATED)
+    found = {n: mutation.help_text_only(f"pkg.mod.x_main__mutmut_{n}", tmp_path) for n in (1, 2, 3, 4, 5)}
+    assert found == {1: True, 2: True, 3: False, 4: False, 5: False}
+    assert not mutation.help_text_only("pkg.other.x_main__mutmut_1", tmp_path)
