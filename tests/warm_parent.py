@@ -220,13 +220,13 @@ def serve(reply_fd: int, modules: Sequence[str]) -> None:
     """The parent's main: import, check, say ready with the start-up's CPU, serve until stdin ends."""
     import resource
 
-    import gc
+    from workshop.training.gc_pause import cyclic_gc_paused
 
     _die_with_parent()
-    gc.disable()    # no collections while torch and transformers load (~2 CPU-s of a parent's ~4.6, measured)
-    preload(modules)
-    gc.enable()
-    gc.freeze()   # the imports' objects out of the collector's reach: a child's collections do not copy their pages
+    # no collections while torch and transformers load (~2 CPU-s of a parent's ~4.6, measured), and their objects
+    # frozen out of the collector's reach after: a child's collections do not copy their pages
+    with cyclic_gc_paused(freeze=True):
+        preload(modules)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     parent = Parent(reply_fd)
     parent.send(ready=True, threads=threads(), cpu_s=usage.ru_utime + usage.ru_stime)

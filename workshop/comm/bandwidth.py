@@ -21,7 +21,6 @@ out-of-place all_reduce); in-place = all_reduce the buffer itself.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import re
 import sys
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, MutableMapping
 
+from workshop.training.gc_pause import cyclic_gc_paused
 from workshop.training.run_record import node_name
 
 # nccl-tests' (2.13+) header formats, so the table lines up with the ones cluster staff know
@@ -164,11 +164,10 @@ def measure(plan: Plan, nbytes: int, in_place: bool) -> tuple[float, int]:
 
 def start(args: argparse.Namespace) -> Plan:
     """The process group on this rank's device, and the sizes and iterations for it (GPU defaults are larger)."""
-    gc.disable()   # no collections while torch loads: ~0.4 s of each rank's start-up (as in workshop.training.train)
-    import torch
-    import torch.distributed as dist
+    with cyclic_gc_paused():    # ~0.4 s of each rank's start-up (workshop.training.gc_pause)
+        import torch
+        import torch.distributed as dist
 
-    gc.enable()
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     if use_cuda:

@@ -35,13 +35,14 @@ from typing import Any, Iterator
 if __name__ == "__main__":
     # the dry run's own process (workshop.slurm.fit): no cyclic collection from here to its exit. Importing torch
     # and transformers makes the collector pass over a growing heap again and again: ~1 CPU-s of ~5 (see
-    # cyclic_gc_paused for the dry run itself)
+    # workshop.training.gc_pause for the dry run itself)
     gc.disable()
 
 import torch
 
 from workshop.training import torch_private
 from workshop.training.config import ConfigError, RunConfig
+from workshop.training.gc_pause import cyclic_gc_paused
 from workshop.training.counted_steps import INSTRUMENTED_STEPS
 from workshop.training.dryrun_report import format_report
 from workshop.training.tensor_memory import CATEGORIES
@@ -339,22 +340,6 @@ def job_world(cfg: RunConfig) -> Iterator[None]:
         yield
     finally:
         _reset_accelerate()
-
-
-@contextlib.contextmanager
-def cyclic_gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the dry run, as it was after. Why: fake-tensor dispatch makes
-    hundreds of thousands of short-lived containers (cache keys, metadata), and the collector's passes over
-    them (and over the process's whole heap: a test session's, a kernel's) cost a fifth of a dry run's CPU.
-    What it leaves uncollected until the end is a few MB of Python objects; every tensor the tracker counts
-    is freed by its reference count, so the figures are the same (tests/test_dryrun.py compares them)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def dry_run(cfg: RunConfig) -> dict[str, Any]:
