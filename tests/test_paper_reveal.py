@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import ast
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
-from workshop.slurm.fit import config_hash
+from workshop.slurm.fit import config_hash, write_cached
 from workshop.student import checks
 from workshop.student import lab as lab_module
 from workshop.student.lab import Lab
@@ -92,11 +91,9 @@ def cell_dry_runs(source: str, lab: Lab) -> list[str]:
 
 
 def copy_whole(src: Path, dest: Path) -> None:
-    """Whole or absent, as workshop.slurm.fit writes a cache: another process may read `dest` at once."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_name(dest.name + ".part")
-    shutil.copyfile(src, part)
-    part.replace(dest)
+    """Whole or absent, as workshop.slurm.fit writes a cache (write_cached): another process may read `dest`
+    at once."""
+    write_cached(dest.parent, dest.name, json.loads(src.read_text()))
 
 
 def from_the_suite(suite: Path, names: list[str], grader: Path) -> bool:

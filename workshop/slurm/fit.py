@@ -81,13 +81,20 @@ def dry_run(cfg: RunConfig, cache_dir: Path | None, in_process: bool = False) ->
         return found
     result = _run_here(cfg) if in_process else _run_in_a_process(cfg)
     for cache in caches:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / f"{name}.part").write_text(json.dumps(result) + "\n")
-            (cache / f"{name}.part").replace(cache / name)   # whole or absent: another process may read it now
-        except OSError:   # a folder this user cannot write (an instructor's): the next check runs it again
-            pass
+        write_cached(cache, name, result)
     return result
+
+
+def write_cached(cache: Path, name: str, result: dict[str, Any]) -> None:
+    """`result` as cache/name, whole or absent (written aside, then renamed: another process may read it at
+    once); a folder this user cannot write (an instructor's, a read-only copy) is left as it is: the next
+    check runs the dry run again, or reads another cache's copy."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        (cache / f"{name}.part").write_text(json.dumps(result) + "\n")
+        (cache / f"{name}.part").replace(cache / name)
+    except OSError:
+        pass
 
 
 FAILED_HINT = "run `python -m workshop.training.dryrun --config <its config.json>` to see why"

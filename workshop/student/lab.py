@@ -386,18 +386,14 @@ def cached_dry_run(cfg: RunConfig, caches: Sequence[Path], timeout: float | None
     process of its own) and written to every cache that can be written. With `timeout` (grading), the dry run
     fills the last cache in a process of its own that outlives the wait: past `timeout` it goes on, and the
     next notebook graded reads it (subprocess.TimeoutExpired here)."""
-    from workshop.slurm.fit import config_hash, dry_run, read_cached
+    from workshop.slurm.fit import config_hash, dry_run, read_cached, write_cached
 
     name = f"{config_hash(cfg)}.json"
     if (found := read_cached(list(caches), name)) is not None:
         return found
     result = dry_run(cfg, caches[0]) if timeout is None else _fill_in_background(cfg, caches[-1], name, timeout)
     for cache in caches:
-        try:
-            cache.mkdir(parents=True, exist_ok=True)
-            (cache / name).write_text(json.dumps(result) + "\n")
-        except OSError:   # a read-only folder: another cache's copy is enough
-            pass
+        write_cached(cache, name, result)
     return result
 
 
