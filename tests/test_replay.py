@@ -103,7 +103,7 @@ def marked(folder: Path) -> list[int]:
 
 def test_a_killed_replay_leaves_no_daemon_and_the_next_one_sweeps_its_folder(tmp_path: Path) -> None:
     """A replay killed before its `down()` (a CI run stopped mid-test once left its slurmctld holding the next run's
-    ports): each daemon dies with the process that started it (`Cluster._start`, setpriv's parent-death signal);
+    ports): each daemon dies with the process that started it (`Cluster.start_daemon`, setpriv's parent-death signal);
     what no signal reaches (a job's step whose slurmd is gone) dies, and its folder goes, when the next replay starts
     (`sweep_stale`). Here a daemon is a `sleep`, started as the cluster starts its daemons."""
     import signal
@@ -116,7 +116,7 @@ def test_a_killed_replay_leaves_no_daemon_and_the_next_one_sweeps_its_folder(tmp
     (killed / "log").mkdir(parents=True)
     starter = "\n".join([
         "import os, sys, time", "from pathlib import Path", "from workshop.site.replay import OWNER, Cluster, start_ticks",
-        "folder = Path(sys.argv[1])", "Cluster(folder, 26617, [])._start(['sleep', '600'], 'd.out')",
+        "folder = Path(sys.argv[1])", "Cluster(folder, 26617, []).start_daemon(['sleep', '600'], 'd.out')",
         "(folder / OWNER).write_text(f'{os.getpid()} {start_ticks(os.getpid())}')   # as up() writes it",
         "print('up', flush=True)", "time.sleep(600)"])
     proc = subprocess.Popen([sys.executable, "-c", starter, str(killed)], stdout=subprocess.PIPE, text=True)

@@ -109,7 +109,7 @@ class Cluster:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.env = {**os.environ, "SLURM_CONF": str(folder / "slurm.conf")}
 
-    def _start(self, argv: list[str], log: str) -> None:
+    def start_daemon(self, argv: list[str], log: str) -> None:
         """A daemon that dies with this process (setpriv's parent-death signal): a replay killed before its `down()`
         leaves no daemon holding its ports."""
         out = open(self.folder / "log" / log, "ab")
@@ -134,14 +134,14 @@ class Cluster:
         shutil.chown(key, "munge", "munge")
         key.chmod(0o400)
         f.chmod(0o755)
-        self._start(["setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "munged", "--foreground",
+        self.start_daemon(["setpriv", "--reuid=munge", "--regid=munge", "--init-groups", "munged", "--foreground",
                      f"--key-file={key}", f"--socket={m}/munge.socket", f"--pid-file={m}/munged.pid",
                      f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"], "munged.out")
         self._until(lambda: (m / "munge.socket").exists(), wait_s, "munged")
-        self._start(["slurmctld", "-D", "-c"], "slurmctld.out")
+        self.start_daemon(["slurmctld", "-D", "-c"], "slurmctld.out")
         self._until(lambda: "is UP" in self.slurm("scontrol", "ping", check=False), wait_s, "slurmctld")
         for n in self.nodes:
-            self._start(["slurmd", "-D", "-N", n.name], f"slurmd-{n.name}.out")
+            self.start_daemon(["slurmd", "-D", "-N", n.name], f"slurmd-{n.name}.out")
         self._until(self._nodes_idle, wait_s, "the slurmds")
 
     def _nodes_idle(self) -> bool:
