@@ -8,7 +8,7 @@ Where the others are run: tests/test_fsdp_exercises.py (README's torchrun line),
 tests/test_instructor_flow.py (the instructor's day), tests/test_no_secrets.py
 (the student guide's `workshop train --wandb offline` and `wandb sync --dry-run`),
 tests/slurm/test_course_on_cluster.py (the instructor guide's dry run, <site> = the test cluster's profile,
-narrowed to notebook 03 by WORKSHOP_COURSE_ONLY),
+narrowed to notebook 01 by WORKSHOP_COURSE_ONLY),
 tests/slurm/test_preflight_on_cluster.py (its first command, `workshop preflight`), tests/test_prefetch.py
 (its two `workshop prefetch` lines), tests/test_class_polling.py (its [slurm.watch] setting),
 tests/test_dryrun.py (its `workshop dryrun` line, and the student guide's).
