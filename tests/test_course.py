@@ -142,8 +142,9 @@ def test_one_command_grades_the_class(graded: tuple[Course, dict, dict]) -> None
 
 def test_blank_release_scores_zero_and_grading_never_submits(graded: tuple[Course, dict, dict]) -> None:
     ran_or_skip(graded, "bob", "01_baseline")
-    course, _, cells = graded
+    course, rows, cells = graded
     assert set(cells[("bob", "01_baseline")].values()) == {0.0}
+    assert rows[("bob", "01_baseline")]["score"] == 0 and rows[("bob", "01_baseline")]["verified_score"] == 0
     # autograde executed lab.run("baseline"): while grading it only reads saved jobs, so none appeared
     assert not (course.root / "autograded" / "bob" / "01_baseline" / "jobs").exists()
 
