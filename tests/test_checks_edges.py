@@ -149,7 +149,7 @@ def test_messages_without_a_hint_and_of_an_empty_choice(capsys: pytest.CaptureFi
 
 @pytest.mark.parametrize("check, args", [
     (checks.number, (2.0, 2.0)), (checks.value, ([1], [1])), (checks.choice, ("ddp", "ddp")),
-    (checks.holds, (1, lambda _: True)),
+    (checks.holds, (1, lambda _: True)), (checks.form, (1, lambda _: True)),
 ])
 def test_each_check_replays_its_own_kind_of_record(check, args) -> None:  # noqa: ANN001
     """In the independent re-run the answer comes from the record of the same kind and name, or not at all."""
@@ -218,3 +218,111 @@ def test_a_failed_rule_with_a_hint_and_answers_nested_too_deep() -> None:
     for _ in range(checks.MAX_DEPTH - 1):
         shallow = [shallow]
     assert checks.plain(shallow) == shallow
+
+
+def nested(inner: object, levels: int, wrap: str) -> object:
+    for _ in range(levels):
+        inner = {"k": inner} if wrap == "dict" else [inner]
+    return inner
+
+
+@pytest.mark.parametrize("wrap", ["list", "dict"])
+@pytest.mark.parametrize("scalar", [1.0, np.float64(1.0), np.int64(1)])
+def test_nesting_is_limited_the_same_for_lists_dicts_and_numpy_scalars(wrap: str, scalar: object) -> None:
+    """MAX_DEPTH levels of lists or dicts are an answer, one more is not; a numpy scalar is the Python
+    number it stands for, at the same depth (it used to count as one level more)."""
+    assert checks.plain(nested(scalar, checks.MAX_DEPTH, wrap)) == nested(1, checks.MAX_DEPTH, wrap)
+    with pytest.raises(checks.NotPlain, match="nested too deep"):
+        checks.plain(nested(scalar, checks.MAX_DEPTH + 1, wrap))
+
+
+def test_a_dict_key_that_is_not_plain_names_its_type() -> None:
+    with pytest.raises(AssertionError) as e:
+        checks.value({("ddp", 2): 1.0}, {"ddp": 1.0}, "speed-ups")
+    assert str(e.value) == ("speed-ups: your answer is a dict key of type tuple: give a plain number, string, bool, "
+                            "list or dict")
+
+
+def test_value_compares_the_numbers_inside_a_dict_within_the_tolerance() -> None:
+    """A memory breakdown computed in floats matches the reference within rel 1e-6, key by key."""
+    assert passes(checks.value, {"weights": 4.000002, "grads": 4}, {"weights": 4, "grads": 4}, "bytes")
+    assert not passes(checks.value, {"weights": 4.00001, "grads": 4}, {"weights": 4, "grads": 4}, "bytes")
+
+
+def test_the_default_messages_of_number_and_value() -> None:
+    """number() sends the student back to the log; value() without a hint says only what is wrong."""
+    with pytest.raises(AssertionError) as e:
+        checks.number(2.5, 2.0, "loss")
+    assert str(e.value) == ("loss = 2.5 is not right: look again at your job's log (the WORKSHOP_SUMMARY line) or "
+                            "the table built from it")
+    with pytest.raises(AssertionError) as e:
+        checks.value([1, 2], [1, 3], "labels")
+    assert str(e.value) == "labels is not right"
+    with pytest.raises(AssertionError) as e:
+        checks.value([1, 2], [1, 3], "labels", hint="-100 marks the prompt")
+    assert str(e.value) == "labels is not right: -100 marks the prompt"
+    with pytest.raises(AssertionError) as e:
+        checks.choice("zero3", "ddp", "strategy", options=["ddp"], hint="pick a strategy the course ran")
+    assert str(e.value) == "strategy: 'zero3' is not one of ['ddp']: pick a strategy the course ran"
+
+
+def test_while_grading_a_failed_check_sets_the_reference_beside_the_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the feedback (NBGRADER_EXECUTION set) the student reads the reference; live, never (a bisection)."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    for check, args, message in (
+        (checks.number, (2.5, 2.0, "loss"), "loss = 2.5 is not right (the reference: 2.0): look again"),
+        (checks.value, ([1, 2], [1, 3], "labels"), "labels is not right (the reference: [1, 3])"),
+        (checks.choice, ("ddp", "full_shard", "fastest"), "fastest: 'ddp' is not right (the reference: 'full_shard')"),
+    ):
+        with pytest.raises(AssertionError) as e:
+            check(*args)
+        assert str(e.value).startswith(message), str(e.value)
+
+
+def test_a_form_check_names_what_is_not_in_form_yet() -> None:
+    """A rule that cannot run on the answer (a missing key) says which error; a false one says only that the
+    form is not there yet: no hint, as the value is graded elsewhere."""
+    with pytest.raises(AssertionError) as e:
+        checks.form({}, lambda h: 0 < h["ddp"] <= 1, "held_fraction")
+    assert str(e.value) == "held_fraction: not in that form yet (KeyError: 'ddp')"
+    with pytest.raises(AssertionError) as e:
+        checks.form({"ddp": 2}, lambda h: 0 < h["ddp"] <= 1, "held_fraction")
+    assert str(e.value) == "held_fraction: not in that form yet"
+
+
+def test_a_reveal_shows_the_reference_only_while_grading(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Live, the student reads where the reference will be, and no function of the hidden tests is called;
+    while grading, the reference itself, or a function's result."""
+    called = []
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    assert checks.reveal(lambda: called.append(1), "the rule's sweep") is None
+    assert checks.reveal({"ddp": 1.0}, "held_fraction") is None
+    assert called == []
+    assert capsys.readouterr().out == ("the rule's sweep: shown in your feedback, once your answers are graded\n"
+                                       "held_fraction: shown in your feedback, once your answers are graded\n")
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    assert checks.reveal({"ddp": 1.0}, "held_fraction") == {"ddp": 1.0}
+    assert checks.reveal(lambda: [1, 2], "the rule's sweep") == [1, 2]
+    assert capsys.readouterr().out == ""
+
+
+def test_a_reveal_whose_hidden_test_stopped_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hidden test that failed before defining its reference leaves a sentence, not a NameError, in the
+    feedback."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    shown = checks.reveal(lambda: rule_table, "the rule's table")  # noqa: F821 (defined by a hidden test only)
+    assert shown == ("the rule's table: not shown, the check above stopped before its reference "
+                     "(name 'rule_table' is not defined)")
+
+
+def test_replay_answers_makes_every_check_read_the_record_until_cleared() -> None:
+    """The integrity review's switch: with a replay, the kernel's value is ignored; with None, it is read again."""
+    from workshop.grading.integrity import Replay
+
+    checks.replay_answers(Replay([{"v": 1, "kind": "number", "what": "loss", "answer": "2.0"}]))
+    try:
+        checks.number(99.0, 2.0, "loss")                  # the kernel's 99.0 is not the answer
+    finally:
+        checks.replay_answers(None)
+    assert not passes(checks.number, 99.0, 2.0, "loss")

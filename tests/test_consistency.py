@@ -101,3 +101,33 @@ def test_the_relative_difference_is_over_the_larger_loss_and_the_bound_itself_ho
     monkeypatch.setattr(consistency, "MARGIN", 1.0)
     monkeypatch.setitem(consistency.MEASURED_DRIFT, "bfloat16", {12: 0.03125})
     assert losses_consistent(run("bf16", eval_losses=[0.96875]), run(eval_losses=[1.0]))[0]
+
+
+def test_the_same_arithmetic_is_exact_on_a_cpu_only() -> None:
+    """Two bf16 DDP runs on a CPU do the same sums and agree to the last digit: the floor. On a GPU, whose
+    kernels are not deterministic, the same two runs drift as bf16 does."""
+    assert consistency_tolerance(run("bf16"), run("bf16")) == consistency.FP32_RTOL
+    assert consistency_tolerance(run("fp16"), run("fp16")) == consistency.FP32_RTOL
+    assert consistency_tolerance(run("bf16", device="cuda"), run("bf16", device="cuda")) == pytest.approx(BF16, abs=1e-9)
+
+
+def test_the_longer_of_the_two_runs_sets_the_length() -> None:
+    """Either run's step count can be the one beyond the 12-step measurement."""
+    assert consistency_tolerance(run("bf16"), run(steps=125)) == pytest.approx(BF16_125, abs=1e-9)
+    assert consistency_tolerance(run("bf16", steps=125), run()) == pytest.approx(BF16_125, abs=1e-9)
+    assert consistency_tolerance(run("bf16", steps=6), run(steps=12)) == pytest.approx(BF16, abs=1e-9)
+
+
+def test_the_sentence_names_the_drift_it_used_and_an_extrapolation() -> None:
+    """The student reads which measurement bounded the pair, and that a 500-step run was judged by the 125-step
+    one; a run of exactly a measured length is no extrapolation."""
+    drift = "benchmarks/cpu/consistency_drift-2026-11-26.json"
+    dtypes = "{'compute': 'bfloat16', 'reduce': 'float32'} vs {'compute': 'float32', 'reduce': 'float32'}"
+    ok, why = losses_consistent(run("bf16", steps=500, eval_losses=[2.0]), run(steps=500, eval_losses=[2.1]))
+    assert not ok and why == ("eval_losses differ by at most 4.76e-02 (relative); tolerance 6.0e-03 (3 x the "
+                              f"bfloat16 drift measured at 125 steps, extrapolated to 500 steps, {drift}) for "
+                              f"{dtypes}: NOT consistent")                # 0.1 / 2.1; 3 x 0.002007
+    _, why = losses_consistent(run("bf16", steps=125, eval_losses=[2.0]), run(steps=125, eval_losses=[2.0]))
+    assert f"(3 x the bfloat16 drift measured at 125 steps, {drift})" in why
+    _, why = losses_consistent(run("bf16", eval_losses=[2.0]), run(eval_losses=[2.0]))   # no steps: the shortest
+    assert f"tolerance 3.2e-03 (3 x the bfloat16 drift measured at 12 steps, {drift})" in why

@@ -74,3 +74,83 @@ def test_network_seconds_are_the_node_bytes_over_the_node_rate() -> None:
 
 def test_fastest_settings_name_the_fewest_micro_batches() -> None:
     assert fsdp_rules.fastest_settings(16, 4, 2) == {"batch_size": 4, "grad_acc": 2}
+
+
+def test_fastest_settings_stop_at_the_largest_micro_batch_that_fits_and_divides() -> None:
+    """The micro-batch is the largest divisor of the per-rank batch up to `micro_batch_max`, the bound itself
+    included; a per-rank batch with no divisor above 1 that fits runs one sample at a time."""
+    assert fsdp_rules.fewest_micro_batches(16, 3, 2) == {"batch_size": 2, "grad_acc": 4}   # 8 per rank: 3 does not divide
+    assert fsdp_rules.fewest_micro_batches(16, 8, 2) == {"batch_size": 8, "grad_acc": 1}   # the bound itself fits
+    assert fsdp_rules.fewest_micro_batches(16, 7, 2) == {"batch_size": 4, "grad_acc": 2}
+    assert fsdp_rules.fewest_micro_batches(14, 4, 2) == {"batch_size": 1, "grad_acc": 7}   # 7 per rank: a prime
+    assert fsdp_rules.fewest_micro_batches(32, 1, 4) == {"batch_size": 1, "grad_acc": 8}
+
+
+def test_fastest_settings_are_whole_numbers_the_trainer_takes() -> None:
+    """`per_device_train_batch_size` and `gradient_accumulation_steps` are ints: a reference of 2.0 would
+    show the student a setting the Trainer refuses."""
+    for args in ((16, 4, 2), (64, 8, 4), (12, 5, 3)):
+        settings = fsdp_rules.fewest_micro_batches(*args)
+        assert all(type(v) is int for v in settings.values()), (args, settings)
+
+
+def test_held_fraction_of_each_strategy() -> None:
+    """DDP and no sharding hold the whole model; FSDP 1/N over all ranks; hybrid 1/N over its shard group."""
+    assert fsdp_rules.held_fraction("ddp", 16) == 1.0
+    assert fsdp_rules.held_fraction("none", 2) == 1.0      # unsharded: the whole model, at any world size
+    assert fsdp_rules.held_fraction("ddp", 16, replicas=3) == 1.0   # a replica each: nothing to divide
+    assert fsdp_rules.held_fraction("full_shard", 16) == 1 / 16
+    assert fsdp_rules.held_fraction("shard_grad_op", 4) == 1 / 4
+    assert fsdp_rules.held_fraction("full_shard", 16, replicas=2) == 1 / 16   # replicas only shape a hybrid mesh
+    assert fsdp_rules.held_fraction("hybrid_shard", 16, replicas=2) == 1 / 8
+    assert fsdp_rules.held_fraction("hybrid_shard_grad_op", 16, replicas=4) == 1 / 4
+    assert fsdp_rules.held_fraction("hybrid_shard", 8) == 1 / 8           # one replica: full sharding
+
+
+def test_held_fraction_refuses_replicas_that_do_not_divide_the_ranks() -> None:
+    with pytest.raises(ValueError) as e:
+        fsdp_rules.held_fraction("hybrid_shard", 16, replicas=3)
+    assert str(e.value) == "3 replicas do not divide 16 ranks"
+    with pytest.raises(ValueError, match="5 replicas do not divide 4 ranks"):
+        fsdp_rules.held_fraction("full_shard", 4, replicas=5)
+
+
+def test_model_state_defaults_to_adamw() -> None:
+    """Notebook 04's model state is AdamW's unless the cell names another optimizer."""
+    assert fsdp_rules.model_state_bytes(1000, 4) == {"grads": 1000, "optimizer": 2000}
+
+
+def test_amdahl_needs_more_gpus_than_the_smallest_run() -> None:
+    """At a ratio of 1 there is no scaling to describe, even at the speed-up 1; at 2 (the smallest ratio a
+    sweep has) the law applies between 1 and 2."""
+    assert not fsdp_rules.amdahl_applies(1.0, 1)
+    assert not fsdp_rules.amdahl_applies(1.0, 0.5)
+    assert fsdp_rules.amdahl_applies(1.5, 2) and fsdp_rules.amdahl_applies(1.0, 2) and fsdp_rules.amdahl_applies(2.0, 2)
+    assert not fsdp_rules.amdahl_applies(2.01, 2)
+    # 1/1.5 = s + (1 - s)/2  ->  s = (2/3 - 1/2) / (1/2) = 1/3
+    assert fsdp_rules.serial_fraction(1.5, 2) == pytest.approx(1 / 3)
+    for ratio in (1, 0.5):
+        with pytest.raises(ValueError) as e:
+            fsdp_rules.serial_fraction(1.0, ratio)
+        assert str(e.value) == "the serial fraction needs a run on more GPUs than the smallest (gpu_ratio > 1)"
+
+
+def test_a_speed_up_amdahl_cannot_describe_is_refused_with_the_reason() -> None:
+    """The instructor reads why no serial fraction is the reference: the speed-up, the ratio, the range."""
+    with pytest.raises(ValueError) as e:
+        fsdp_rules.serial_fraction(0.64, 4)
+    assert str(e.value) == ("a speed-up of 0.64 at 4x the GPUs is outside [1, 4]: Amdahl's law does not describe it "
+                            "(no serial fraction in [0, 1] gives it)")
+
+
+def test_network_seconds_refuse_a_rate_that_is_not_positive() -> None:
+    """A zero or negative rate (a gate that measured nothing) is refused by name, on one node too."""
+    for rate in (0.0, -1.0):
+        for nodes in (1, 2):
+            with pytest.raises(ValueError) as e:
+                fsdp_rules.network_seconds("full_shard", nodes, 4, 2.24, rate)
+            assert str(e.value) == f"a node's outbound rate must be positive, not {rate} GB/s"
+    # a rate below 1 GB/s is a rate: 1 Gbit/s Ethernet, 0.125 GB/s, sends hybrid's 4 GB in 32 s
+    assert fsdp_rules.network_seconds("hybrid_shard", 2, 2, 4.0, 0.125) == pytest.approx(32.0)
+    with pytest.raises(ValueError, match="unknown strategy 'ddp': use full_shard or hybrid_shard"):
+        fsdp_rules.network_seconds("ddp", 2, 4, 2.24, 25.0)

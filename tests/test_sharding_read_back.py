@@ -175,3 +175,51 @@ def test_a_ddp_wrapper_on_one_rank_reads_back_as_none(one_rank) -> None:  # noqa
     assert (info["wrapper"], info["sharding_applied"], info["offload_applied"], info["wrapped_classes"]) == (
         "DistributedDataParallel", "none", False, [])
     assert info["reshard_after_forward"] is None and info["fsdp_unit_names"] == [] and info["blocks_wrapped"] == 0
+
+
+def test_a_plain_model_reports_every_field_with_its_empty_value() -> None:
+    """The run summary has the same fields whatever ran: nothing wrapped reads as no units, no precision policy."""
+    info = sharding.describe_applied(tiny())
+    assert {k: v for k, v in info.items() if k not in ("param_shapes", "local_shapes", "stored_shapes")} == {
+        "wrapper": "BloomForCausalLM", "sharding_applied": "none", "reshard_after_forward": None,
+        "offload_applied": False, "mesh": None, "fsdp_units": 0, "params_local": 322_368, "fsdp_unit_names": [],
+        "blocks_wrapped": 0, "wrapped_classes": [], "other_units": [], "mp_param_dtype": None,
+        "mp_reduce_dtype": None, "activation_checkpointing_applied": False}
+    assert info["param_shapes"] == info["local_shapes"] == info["stored_shapes"]    # unsharded: all the same
+
+
+def test_the_trainers_own_checkpointing_counts_and_a_module_without_its_flag_is_not() -> None:
+    """gradient_checkpointing_enable() (the Trainer's `gradient_checkpointing`) sets the model's flag; a plain
+    torch module, which has no such flag, is not checkpointed."""
+    model = tiny()
+    model.gradient_checkpointing_enable()
+    assert sharding.checkpointing_applied(model) is True
+    assert sharding.checkpointing_applied(torch.nn.Linear(2, 2)) is False
+
+
+def test_a_wrong_block_class_names_every_wrong_name_and_every_block_class() -> None:
+    model = tiny()
+    cfg = RunConfig(fsdp="full_shard auto_wrap", procs_per_node=2,
+                    fsdp_config={"transformer_layer_cls_to_wrap": ["BloomLayer", "GPT2Block"]}).validate()
+    with pytest.raises(ConfigError, match="has no module of class 'BloomLayer', 'GPT2Block' "):
+        sharding.check_block_classes(cfg, model)
+    with pytest.raises(ConfigError, match="^config field .*: 'BloomMLP', 'BloomAttention' is a part inside each block"):
+        sharding.check_block_classes(cfg.replace(fsdp_config={
+            "transformer_layer_cls_to_wrap": ["BloomMLP", "BloomAttention"]}), model)
+
+
+def test_a_model_without_repeated_blocks_says_none_were_found() -> None:
+    """A model with no ModuleList (and no _no_split_modules) still gets a sentence, not an AttributeError;
+    one with two kinds of repeated members lists both."""
+    cfg = RunConfig(fsdp="full_shard auto_wrap", procs_per_node=2,
+                    fsdp_config={"transformer_layer_cls_to_wrap": ["BloomBlock"]}).validate()
+    with pytest.raises(ConfigError) as e:
+        sharding.check_block_classes(cfg, torch.nn.Sequential(torch.nn.Linear(2, 2)))
+    assert str(e.value) == ("config field 'fsdp_config.transformer_layer_cls_to_wrap': Sequential has no module of "
+                            "class 'BloomBlock' (class names are case-sensitive). Fix: name the class of the model's "
+                            "repeated blocks: none found (its _no_split_modules: None)")
+    two = torch.nn.Module()
+    two.layers = torch.nn.ModuleList([torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)])
+    two.acts = torch.nn.ModuleList([torch.nn.ReLU()])
+    with pytest.raises(ConfigError, match=r"repeated blocks: Linear \(2 of them\), ReLU \(1 of them\) \(its"):
+        sharding.check_block_classes(cfg, two)

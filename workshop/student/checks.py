@@ -85,7 +85,7 @@ def plain(value: Any, depth: int = 0) -> Any:
                 raise NotPlain(f"a dict key of type {type(k).__name__}")
             out[k] = plain(v, depth + 1)
         return out
-    return plain(_numpy_scalar(value), depth + 1)
+    return plain(_numpy_scalar(value), depth)   # the Python scalar it is, in the same place: no level deeper
 
 
 # ---------------------------------------------------------------------------------- recording / replay

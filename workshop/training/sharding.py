@@ -207,9 +207,9 @@ def describe_applied(model: torch.nn.Module, wrapped: torch.nn.Module | None = N
         else:
             info["sharding_applied"] = "full_shard" if info["reshard_after_forward"] is True else "shard_grad_op"
     elif type(outer).__name__ == "DistributedDataParallel":
-        # accelerate wraps even a single torchrun process in DDP; one rank shards and syncs nothing
-        world = outer.process_group.size() if getattr(outer, "process_group", None) is not None else 1
-        info["sharding_applied"] = "ddp" if world > 1 else "none"
+        # accelerate wraps even a single torchrun process in DDP; one rank shards and syncs nothing. DDP always
+        # keeps its process group (the default one unless given another)
+        info["sharding_applied"] = "ddp" if outer.process_group.size() > 1 else "none"
     else:
         info["sharding_applied"] = "none"
     return info
