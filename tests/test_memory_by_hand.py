@@ -233,3 +233,79 @@ def test_hybrid_shard_grad_op_keeps_every_unit_gathered_over_its_shard_group() -
     assert (bd.grads, bd.optimizer) == (4 * P // 8, 8 * P // 8)
     sgo = estimate("bloom-560m", "shard_grad_op", 8, "bf16", 8, 512)
     assert (bd.params, bd.peak) == (sgo.params, sgo.peak)   # the same ranks' worth of state, replicated twice
+
+
+def test_compare_predicts_on_the_device_the_run_ran_on() -> None:
+    """The summary's `device` decides, else the config's; "auto" (or none) is a course site's GPU. The tiny model,
+    full_shard on 2, fp32, 2 x 40: params = the shard 644,736 + the embedding 4·98,304 + the blocks in flight,
+    one on a CPU rank (4·111,840: 1,485,312 B = 1.417 MB), two on a GPU (1,932,672 B = 1.843 MB)."""
+    config = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "world_size": 2, "batch_size": 2}
+    measured = {"tensor_mem_mb_per_rank": [{"params": 1.4, "batch_shape": [2, 40]}]}
+
+    def params_mb(summary: dict, cfg: dict) -> float:
+        return next(r["predicted_mb"] for r in memory.compare(summary, cfg) if r["category"] == "params")
+
+    assert params_mb(measured, {**config, "device": "cpu"}) == 1.417            # the config's, when the summary has none
+    assert params_mb(measured, config) == params_mb(measured, {**config, "device": "auto"}) == 1.843
+    assert params_mb({**measured, "device": "cuda"}, {**config, "device": "cpu"}) == 1.843   # where it ran wins
+    assert params_mb({**measured, "device": "cpu"}, config) == 1.417
+
+
+def test_compare_holds_an_answer_only_runs_logits_against_its_own_positions() -> None:
+    """Under loss answer_only the logits tensor is answer positions x V, in the compute dtype: the tiny model in
+    fp32 at 30 positions 4·30·1024 = 122,880 B (0.1172 MB), at 20 positions 81,920 B (0.0781 MB). A rank that
+    measured no logits has no logits row; the positions must be there to predict at all."""
+    config = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "world_size": 2, "batch_size": 2,
+              "loss": "answer_only", "device": "cpu"}
+    ranks = [{"peak": 3.0, "batch_shape": [2, 40]}, {"peak": 3.0, "batch_shape": [2, 40]}]
+    summary = {"tensor_mem_mb_per_rank": ranks, "logits_positions_per_rank": [30, 20], "logits_mb_per_rank": [0.11, 0]}
+    logits = [r for r in memory.compare(summary, config) if r["category"] == "logits"]
+    # (122,880 / 2**20 - 0.11) / 0.11 = 0.06534...
+    assert logits == [{"rank": 0, "category": "logits", "predicted_mb": 0.1172, "measured_mb": 0.11, "rel_error": 0.0653}]
+    summary["logits_mb_per_rank"] = [0.11, 0.08]
+    assert [r["predicted_mb"] for r in memory.compare(summary, config) if r["category"] == "logits"] == [0.1172, 0.0781]
+    # the full loss on the same summary: every position, 4·80·1024 = 327,680 B = 0.3125 MB
+    full = memory.compare(summary, {**config, "loss": "full"})
+    assert [r["predicted_mb"] for r in full if r["category"] == "logits"] == [0.3125, 0.3125]
+    with pytest.raises(ValueError, match="needs answer_tokens"):
+        memory.compare({**summary, "logits_positions_per_rank": [30]}, config)    # rank 1's positions missing
+
+
+def test_the_course_table_quotes_bloom_560m_at_the_notebooks_batch() -> None:
+    """`workshop estimate --course`: BLOOM-560M, bf16, 8 x 512 unless told. Offload moves the sharded states to
+    the host, 16 B x P / 4 = 2,133 MB; checkpointing keeps each block's input (24 x 2·x·h), the shared mask
+    (2·b·s²) and the outside terms (10,335,027,200 B), plus one block recomputed (352,321,536 B): 10,388 MB."""
+    table = memory.course_table()
+    assert table == memory.course_table("bloom-560m", "bf16", 8, 512)
+    lines = table.splitlines()
+    assert lines[0] == "bloom-560m, bf16, batch 8 x 512 tokens per GPU (MB per GPU):"
+    assert lines[1].split() == ["config", "params", "grads", "optimizer", "activations", "other", "peak", "gpu_peak",
+                                "host"]
+    rows = {line[2:26].strip(): line[26:].split() for line in lines[2:]}
+    assert list(rows) == ["one GPU", "ddp x4", "full_shard x4", "shard_grad_op x4", "full_shard x4 + offload",
+                          "full_shard x4 + AC"]
+    assert rows["full_shard x4 + offload"][1:3] == ["0", "0"] and rows["full_shard x4 + offload"][-1] == "2,133"
+    assert rows["full_shard x4 + AC"][3] == "10,388" and rows["full_shard x4"][3] == "17,920"
+    assert rows["ddp x4"][-3:] == ["27,346", "29,479", "0"]        # peak, gpu_peak (+ 4P buckets), host
+    assert "bloom-1b1, fp32, batch 2 x 128" in memory.course_table("bloom-1b1", "fp32", 2, 128)
+
+
+def test_the_breakdown_names_what_a_gpu_must_hold_beside_the_trackers_peak() -> None:
+    """DDP on 4, bf16, 8 x 512: peak 12P + 21,963,735,040 = 28,674,310,144 B (27,346.0 MB); the buckets 4P
+    (2,133.2 MB) on top make gpu_peak 30,911,168,512 B = 29,479.2 MB = 28.79 GiB."""
+    text = memory.format_breakdown(estimate("bloom-560m", "ddp", 4, "bf16", 8, 512))
+    assert text.splitlines()[-3:] == [
+        "  peak             27,346.0 MB  (26.71 GiB per GPU, most alive at once)",
+        "  ddp_buckets       2,133.2 MB  (DDP's gradient buckets: the tracker cannot see them, a GPU's allocator does)",
+        "  gpu_peak         29,479.2 MB  (28.79 GiB: peak + buckets, what a GPU must hold)"]
+    assert "gpu_peak" not in memory.format_breakdown(estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512))
+
+
+def test_the_breakdown_of_an_offloaded_run_adds_host_memory_below_the_gpus() -> None:
+    """full_shard on 4 with offload: per rank the host holds P/4·4 params, as much gradient, 2P AdamW (4P in all)."""
+    lines = memory.format_breakdown(estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True)).splitlines()
+    assert lines[0] == "parameters: 559,214,592 (sharded over 4)" and lines[7].startswith("  peak ")
+    assert [line.split()[:2] for line in lines[8:12]] == [["host_params", "533.3"], ["host_grads", "533.3"],
+                                                          ["host_optimizer", "1,066.6"], ["host", "2,133.2"]]
+    assert all(line.endswith("MB  (host memory per rank)") for line in lines[8:12])
+    assert lines[12:] == ["note: offload: sharded params, grads and AdamW states live in host memory"]

@@ -226,11 +226,6 @@ def recomputed_block(arch: Arch, x: int, batch_size: int, seq_len: int, precisio
     return k["block"] * x * arch.hidden + k["scores"] * batch_size * arch.heads * seq_len * seq_len
 
 
-def logits_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "fp32") -> int:
-    """The loss's gradient w.r.t. the logits (compute dtype): alive with every activation at backward's start."""
-    return COMPUTE_BYTES[precision] * batch_size * seq_len * arch.vocab
-
-
 LOSSES = ("full", "answer_only", "chunked")
 CHUNKS = 8  # workshop.training.loss.CHUNKS (a test keeps them equal)
 BWD_SCORES, BWD_H, BWD_TEMP_H = 4, 20, 40  # backward's floor with a small loss (module docstring)
