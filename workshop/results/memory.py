@@ -610,8 +610,9 @@ def main(argv: list[str] | None = None) -> int:
         print(format_breakdown(bd))
     if args.fit_gpu_gb:
         for sharding in ("none" if args.world_size == 1 else "ddp", args.sharding):
+            offload = args.offload and sharding in FSDP_SHARDINGS   # the unsharded baseline cannot offload
             fit = largest_model_that_fits(args.fit_gpu_gb, sharding, args.world_size, args.precision,
-                                          args.batch_size, args.max_length, args.offload,
+                                          args.batch_size, args.max_length, offload,
                                           args.activation_checkpointing, args.replicas)
             print(f"largest BLOOM-shaped model in {args.fit_gpu_gb:g} GiB with {sharding} on {args.world_size} "
                   f"GPU(s): {fit.params / 1e9:.2f} B params (hidden {fit.hidden}, {fit.layers} layers)")
