@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from workshop.results import memory
-from workshop.results.memory import MB, activation_bytes, estimate
+from workshop.results.memory import MB, GiB, activation_bytes, estimate
 
 P = 559_214_592
 VH = 256_901_120
@@ -309,3 +309,27 @@ def test_the_breakdown_of_an_offloaded_run_adds_host_memory_below_the_gpus() -> 
                                                           ["host_optimizer", "1,066.6"], ["host", "2,133.2"]]
     assert all(line.endswith("MB  (host memory per rank)") for line in lines[8:12])
     assert lines[12:] == ["note: offload: sharded params, grads and AdamW states live in host memory"]
+
+
+def test_between_checkpoints_a_rung_takes_bloom_s_usual_head_dim() -> None:
+    """Head dim 64 up to hidden 1024, 128 above, and at least one head; the published shapes only for BLOOM's
+    own vocabulary (a model with another tokenizer is not that checkpoint)."""
+    heads = {h: memory.bloom_family_arch(h, 12).heads for h in (32, 96, 128, 512, 1024, 1025, 1200, 5120)}
+    assert heads == {32: 1, 96: 1, 128: 2, 512: 8, 1024: 16, 1025: 8, 1200: 9, 5120: 40}
+    assert all(type(n) is int for n in heads.values())
+    assert memory.bloom_family_arch(1536, 24, vocab=32_000).heads == 12        # not bloom-1b1's 16
+    assert memory.bloom_family_arch(1536, 24).heads == 16
+    a = memory.bloom_family_arch(5120, 40)
+    assert (a.name, a.vocab, a.hidden, a.layers) == ("bloom-h5120-l40", 250_880, 5120, 40)
+
+
+def test_a_model_that_fills_the_gpu_exactly_fits() -> None:
+    """The budget is a bound a model may reach: bloom-3b (3,002,557,440 parameters, 32 heads), one process,
+    bf16, 8 x 512 (the defaults), fits a GPU of exactly its gpu_peak and not one byte less (then bloom-1b7)."""
+    bd = estimate(memory.bloom_family_arch(2560, 30), "none", 1, "bf16", 8, 512)
+    fit = memory.largest_model_that_fits(bd.gpu_peak / GiB)
+    assert (fit.params, fit.hidden, fit.layers, fit.heads, fit.breakdown) == (3_002_557_440, 2560, 30, 32, bd)
+    assert memory.largest_model_that_fits((bd.gpu_peak - 1) / GiB).hidden == 2048
+    # hybrid_shard keeps one replica unless told: sharded over all 8 GPUs (24 GiB, 1 x 256) bloom-7b1 fits
+    assert memory.largest_model_that_fits(24, "hybrid_shard", 8, "bf16", 1, 256).hidden == 4096
+    assert memory.largest_model_that_fits(24, "hybrid_shard", 8, "bf16", 1, 256, replicas=2).hidden == 2560

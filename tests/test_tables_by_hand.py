@@ -158,3 +158,40 @@ def test_eval_losses_from_workshop_records_by_epoch() -> None:
             'WORKSHOP_METRICS {"kind": "eval", "step": 6, "epoch": 1.0, "eval_loss": 5.5}\n')
     row = tables.baseline_table([parse_text(text, "m")], predicted_mem_mb=False).loc["m"]
     assert (row["eval_loss_epoch1"], row["eval_loss_epoch2"]) == (5.5, 4.5)
+
+
+def test_the_strategy_is_what_was_applied_else_asked_else_configured() -> None:
+    """A summary from before sharding_applied names sharding_requested; a log with only its config, the config's."""
+    requested = run("asked", None, sharding_requested="shard_grad_op", activation_checkpointing=True)
+    configured = parse_text(f"WORKSHOP_RUN_ARGS {json.dumps({'config': {**CONFIG, 'offload': True}})}\n", "cfg")
+    df = tables.strategies_table([requested, configured], predicted_mem_mb=False)
+    assert list(df["strategy"]) == ["shard_grad_op+ac", "full_shard+offload"]
+    assert df.loc["cfg", "world_size"] == 2 and math.isnan(df.loc["asked", "world_size"])   # from the config, or NaN
+
+
+def test_strategies_from_the_trainers_figures_when_the_summary_has_none() -> None:
+    """No WORKSHOP_SUMMARY: samples/s from the Trainer's final dict, tokens/s from the last train record."""
+    text = ('WORKSHOP_RUN_ARGS {"config": {"sharding": "full_shard", "world_size": 2}}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 1, "loss": 6.0, "tokens_per_s": 900.0}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 2, "loss": 5.0, "tokens_per_s": 1000.0}\n'
+            "{'train_runtime': '10.0', 'train_samples_per_second': '8.0', 'train_loss': '5.5', 'epoch': '1.0'}\n")
+    df = tables.strategies_table([parse_text(text, "fs")], predicted_mem_mb=False)
+    row = df.loc["fs"]
+    assert (row["strategy"], row["world_size"], row["samples_per_s"], row["tokens_per_s"]) == ("full_shard", 2, 8.0, 1000.0)
+    assert (row["samples_per_s_vs_full_shard"], row["tokens_per_s_vs_full_shard"]) == (1.0, 1.0)
+    alone = tables.strategies_table([run("ddp", None, sharding_applied="ddp")], predicted_mem_mb=False)
+    assert "no full_shard run given: the 'vs_full_shard' columns are NaN" in alone.attrs["notes"]
+
+
+def test_the_fsdp_table_names_its_baseline_and_predicts_unless_told() -> None:
+    """Step 2's columns for each run, the baseline first; a baseline that recorded 0 MB or 0 samples/s leaves
+    the relative columns NaN (nothing to divide by) instead of failing."""
+    base = run("base", CONFIG, sharding_applied="none", world_size=1, peak_mem_mb=0.0, train_samples_per_s=0.0)
+    fsdp = run("fs2", CONFIG, sharding_applied="full_shard", world_size=2, peak_mem_mb=4.3, train_samples_per_s=4.0,
+               tensor_mem_mb_per_rank=[{"peak": 4.3, "batch_shape": [2, 40]}])
+    df = tables.fsdp_vs_baseline_table(base, [fsdp])
+    assert list(df.index) == ["base", "fs2"] and df.attrs["notes"][-1] == "baseline: base"
+    row = df.loc["fs2"]
+    assert (row["strategy"], row["world_size"], row["peak_mem_mb"], row["mem_saved_mb"]) == ("full_shard", 2, 4.3, -4.3)
+    assert math.isnan(row["mem_saved_pct"]) and math.isnan(row["speed_cost_pct"])
+    assert row["predicted_mem_mb"] == pytest.approx(4_493_184 / MB)   # the tiny full_shard x 2 at 2 x 40, by hand
