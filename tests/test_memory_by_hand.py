@@ -333,3 +333,33 @@ def test_a_model_that_fills_the_gpu_exactly_fits() -> None:
     # hybrid_shard keeps one replica unless told: sharded over all 8 GPUs (24 GiB, 1 x 256) bloom-7b1 fits
     assert memory.largest_model_that_fits(24, "hybrid_shard", 8, "bf16", 1, 256).hidden == 4096
     assert memory.largest_model_that_fits(24, "hybrid_shard", 8, "bf16", 1, 256, replicas=2).hidden == 2560
+
+
+def test_estimate_args_reads_a_run_as_the_training_config_resolves_it() -> None:
+    """What a prediction is keyed by (the grader's references): the world from nodes x procs_per_node unless
+    world_size says it; hybrid_shard's replicas from hybrid_replicas, else one per node; grad_acc derived
+    from global_batch / (batch_size x world) when one is set; "auto" on a course site is its GPUs."""
+    cfg = {"model": "bloom-560m", "sharding": "hybrid_shard", "nodes": 2, "procs_per_node": 4, "precision": "bf16",
+           "batch_size": 4, "max_length": 128, "global_batch": 64, "grad_acc": 5, "device": "auto", "loss": None}
+    assert memory.estimate_args(cfg) == ("bloom-560m", "hybrid_shard", 8, "bf16", 4, 128, False, False, 2, 2, "cuda",
+                                         "full", None)
+    assert memory.estimate_args({**cfg, "hybrid_replicas": 4})[8] == 4
+    assert memory.estimate_args({**cfg, "world_size": 16, "replicas": 8})[2::6] == (16, 8)
+    assert memory.estimate_args({**cfg, "global_batch": 16})[9] == 1          # 16 // (4 x 8) = 0: at least 1
+    assert memory.estimate_args({**cfg, "global_batch": 0})[9] == 5           # no global batch: grad_acc
+    assert memory.estimate_args({**cfg, "global_batch": 0, "grad_acc": None})[9] == 1
+    assert memory.estimate_args({**cfg, "sharding": "full_shard"})[8] == 1   # replicas only under hybrid sharding
+    cpu = memory.estimate_args({**cfg, "device": "cpu", "loss": "answer_only", "offload": 1,
+                                "activation_checkpointing": 1}, [2, 40], answer_tokens=30)
+    assert cpu[4:8] + cpu[10:] == (2, 40, True, True, "cpu", "answer_only", 30)
+
+
+def test_estimate_args_of_a_config_that_names_nothing() -> None:
+    """An empty config (or an object without the fields) is read as the tiny model on one process, fp32,
+    1 x 256 tokens, the full loss, on a GPU; an object's fields are read as attributes."""
+    from types import SimpleNamespace
+
+    tiny = ("tiny", "none", 1, "fp32", 1, 256, False, False, 1, 1, "cuda", "full", None)
+    assert memory.estimate_args({}) == memory.estimate_args(SimpleNamespace()) == tiny
+    run = SimpleNamespace(model="bloom-560m", world_size=4, sharding="ddp", batch_size=2, global_batch=16)
+    assert memory.estimate_args(run)[:3] + memory.estimate_args(run)[9:10] == ("bloom-560m", "ddp", 4, 2)
