@@ -363,3 +363,48 @@ def test_estimate_args_of_a_config_that_names_nothing() -> None:
     assert memory.estimate_args({}) == memory.estimate_args(SimpleNamespace()) == tiny
     run = SimpleNamespace(model="bloom-560m", world_size=4, sharding="ddp", batch_size=2, global_batch=16)
     assert memory.estimate_args(run)[:3] + memory.estimate_args(run)[9:10] == ("bloom-560m", "ddp", 4, 2)
+
+
+def test_a_small_loss_moves_the_activation_peak_into_backward() -> None:
+    """The tiny model, one process, 2 x 32 (x = 64), chunked: 8 rows of logits. fp32: forward keeps the blocks
+    2·(64·x·h + 4·b·a·s²) = 851,968 and outside 12·x·h + 64·x + 8·rows·V = 143,360 (995,328); backward's floor
+    takes off the logits' 8·rows·V = 65,536 and adds 4·b·a·s² + 20·x·h = 155,648: 1,085,440, the category's peak.
+    The step's peak: 12P = 3,868,416 + the floor + 40·x·h of temporaries = 5,199,616 (above forward's end with the
+    loss's gradient 4·rows·V, 1,028,096). DDP's logits-sized output is gone with the full loss: the same figures."""
+    for bd in (estimate("tiny", "none", 1, "fp32", 2, 32, loss="chunked"),
+               estimate("tiny", "ddp", 2, "fp32", 2, 32, loss="chunked")):
+        assert (bd.activations, bd.logits, bd.peak) == (1_085_440, 4 * 8 * 1024, 5_199_616)
+    # answer_only at 10 positions: the same floor and peak (what is kept does not depend on the rows), logits 4·10·V
+    answers = estimate("tiny", "ddp", 2, "fp32", 2, 32, loss="answer_only", answer_tokens=10)
+    assert (answers.activations, answers.logits, answers.peak) == (1_085_440, 40_960, 5_199_616)
+    # the answer positions are some of the micro-batch's 64, never more, never fewer than none
+    assert [estimate("tiny", "none", 1, "fp32", 2, 32, loss="answer_only", answer_tokens=n).logits
+            for n in (1000, 64, 0, -5)] == [4 * 64 * 1024, 4 * 64 * 1024, 0, 0]
+    # bf16: blocks 2·(36·x·h + 6·b·a·s²) = 540,672, outside 14·x·h + 64·x + 10·rows·V = 172,032, autocast's
+    # copies 2·(V·h + 2·12h²) = 638,976 (1,351,680); floor - 10·rows·V + 155,648 = 1,425,408; peak 12P + floor
+    # + 40·x·h = 5,539,584
+    bf16 = estimate("tiny", "none", 1, "bf16", 2, 32, loss="chunked")
+    assert (bf16.activations, bf16.logits, bf16.peak) == (1_425_408, 2 * 8 * 1024, 5_539_584)
+
+
+def test_the_model_names_the_field_it_cannot_describe() -> None:
+    """Each refusal says what is wrong and what to use instead."""
+    refusals = {("tiny", "zero3"): "unknown sharding 'zero3'; use one of none, ddp, full_shard, shard_grad_op, "
+                                   "hybrid_shard, hybrid_shard_grad_op",
+                ("tiny", "none", 2): "sharding 'none' is one process: use world_size=1, or ddp/an FSDP strategy",
+                ("tiny", "none", 1, "fp8"): "unknown precision 'fp8'; use fp32, bf16 or fp16",
+                ("tiny", "none", 1, "fp32", 0): "world_size, batch_size, max_length, replicas and grad_acc must be >= 1"}
+    for args, message in refusals.items():
+        with pytest.raises(ValueError) as e:
+            estimate(*args)
+        assert str(e.value) == message
+    for kw in (dict(world_size=0), dict(max_length=0), dict(replicas=0), dict(grad_acc=0)):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            estimate("tiny", "ddp", **{"world_size": 2, **kw})
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "none", 1, loss="sparse")
+    assert str(e.value) == "unknown loss 'sparse'; use one of full, answer_only, chunked"
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "none", 1, loss="answer_only")
+    assert str(e.value) == ("loss 'answer_only' needs answer_tokens: the micro-batch's positions with an answer token "
+                            "next (e.g. batch_size x the answer's tokens, EOS included)")
