@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,61 @@ def test_the_fsdp_table_names_its_baseline_and_predicts_unless_told() -> None:
     assert (row["strategy"], row["world_size"], row["peak_mem_mb"], row["mem_saved_mb"]) == ("full_shard", 2, 4.3, -4.3)
     assert math.isnan(row["mem_saved_pct"]) and math.isnan(row["speed_cost_pct"])
     assert row["predicted_mem_mb"] == pytest.approx(4_493_184 / MB)   # the tiny full_shard x 2 at 2 x 40, by hand
+
+
+def test_a_run_stopped_at_a_checkpoint_reads_from_its_step_lines() -> None:
+    """A job stopped by the time limit at a checkpoint (no summary yet): its figures are NaN until it is resumed,
+    and the note says how; what its step lines printed (steps, memory) is shown."""
+    text = (f"WORKSHOP_RUN_ARGS {json.dumps({'config': {**CONFIG, 'activation_checkpointing': True}})}\n"
+            "[workshop] step 1/40 | loss 6.1 | 4.0 samples/s | mem 300 MB\n"
+            "[workshop] step 2/40 | loss 6.0 | 4.0 samples/s | mem 320 MB\n"
+            "[workshop] step 3/40 | loss 5.9 | 4.0 samples/s | mem 310 MB\n"
+            'WORKSHOP_CHECKPOINT {"step": 3}\n')
+    df = tables.build("scaling", [parse_text(text, "cut")])
+    assert (df.loc["cut", "steps"], df.loc["cut", "peak_mem_mb_per_gpu"]) == (3, 310.0)
+    assert math.isnan(df.loc["cut", "samples_per_s"])
+    assert ("cut: stopped at a checkpoint at step 3 before the time limit (job exit 75, CHECKPOINTED): its figures "
+            "are NaN until it is resumed (resume=True, or `workshop submit ... --resume`)") in df.attrs["notes"]
+    assert tables.strategies_table([parse_text(text, "cut")], False).loc["cut", "strategy"] == "full_shard+ac"
+
+
+def test_scaling_orders_runs_by_world_size_then_nodes_and_unknown_last() -> None:
+    """1 node x 4 before 2 nodes x 2 before 4 x 1, all 4 ranks; a run whose size is unknown comes last."""
+    runs = [run(name, world_size=w, nodes=n, global_batch=8, train_samples_per_s=10.0)
+            for name, w, n in (("4x1", 4, 4), ("?", None, 1), ("1x4", 4, 1), ("2x2", 4, 2), ("1x2", 2, 1))]
+    assert list(tables.scaling_table(runs, predicted_mem_mb=False).index) == ["1x2", "1x4", "2x2", "4x1", "?"]
+
+
+def test_the_trainers_final_dict_gives_the_scaling_tables_throughput() -> None:
+    text = ("{'loss': '6.0', 'epoch': '1.0'}\n"
+            "{'train_runtime': '10.0', 'train_samples_per_second': '8.0', 'train_loss': '5.5', 'epoch': '1.0'}\n")
+    df = tables.scaling_table([parse_text(text, "hf")], predicted_mem_mb=False)
+    assert df.loc["hf", "samples_per_s"] == 8.0
+    notes = tables.scaling_table([run("old", world_size=1, global_batch_measured=None)], False).attrs["notes"]
+    assert "old: global_batch_measured is NaN — a run from before the batch was counted" in notes
+
+
+NCCL_LOG = Path(__file__).parent / "fixtures" / "logs" / "nccl_tests_all_reduce_perf.log"   # 4 ranks on n1, n2
+
+
+def test_bus_bandwidth_from_the_same_nodes_when_no_test_ran_on_as_many_ranks() -> None:
+    """2 nodes x 1 rank beside nccl-tests on the same 2 nodes with 4 ranks: that test's figures, said so."""
+    runs = [run("2x1", world_size=2, nodes=2, global_batch=8, train_samples_per_s=10.0)]
+    df = tables.multinode_table(runs, [NCCL_LOG], predicted_mem_mb=False)
+    assert tuple(df.loc["2x1", ["avg_busbw_GBps", "max_busbw_GBps", "large_busbw_GBps"]]) == (11.0256, 26.34, 26.34)
+    assert ("bus bandwidth for world size 2 is from a test on the same 2 node(s), not the same rank count"
+            in df.attrs["notes"])
+
+
+def test_a_bandwidth_log_without_its_layout_serves_when_it_is_the_only_one(tmp_path: Path) -> None:
+    """nccl-tests' table without the device lines says neither ranks nor nodes: the one such log is used for
+    every run; a log with no bandwidth table is named."""
+    unsized = tmp_path / "bw.out"
+    unsized.write_text("\n".join(line for line in NCCL_LOG.read_text().splitlines() if "Rank" not in line
+                                 and "nThread" not in line) + "\n")
+    empty = tmp_path / "empty.out"
+    empty.write_text("nothing measured\n")
+    runs = [run("1x2", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0)]
+    df = tables.multinode_table(runs, [unsized, empty], predicted_mem_mb=False)
+    assert df.loc["1x2", "avg_busbw_GBps"] == 11.0256 and df.loc["1x2", "large_busbw_GBps"] == 26.34
+    assert "empty: no bandwidth table in this log" in df.attrs["notes"]
