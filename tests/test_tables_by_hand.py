@@ -254,3 +254,37 @@ def test_a_bandwidth_log_without_its_layout_serves_when_it_is_the_only_one(tmp_p
     df = tables.multinode_table(runs, [unsized, empty], predicted_mem_mb=False)
     assert df.loc["1x2", "avg_busbw_GBps"] == 11.0256 and df.loc["1x2", "large_busbw_GBps"] == 26.34
     assert "empty: no bandwidth table in this log" in df.attrs["notes"]
+
+
+def test_each_gap_says_where_the_figure_was_looked_for() -> None:
+    """A key the summary holds as null: the run recorded no value (or the reason given); a key the summary lacks:
+    not in the log's summary; no summary at all: not in the log."""
+    with_summary = tables.Facts(run("s", None, steps_per_epoch=None, gpu_util_pct=None))
+    for key, why in (("steps_per_epoch", None), ("gpu_util_pct", "no GPU was measured"), ("train_loss", "unused")):
+        assert math.isnan(with_summary.get(key, why=why))
+    assert with_summary.notes == ["s: steps_per_epoch is NaN — the run recorded no value",
+                                  "s: gpu_util_pct is NaN — no GPU was measured",
+                                  "s: train_loss is NaN — not in the log's summary"]
+    no_summary = tables.Facts(parse_text("{'loss': '6.0', 'epoch': '1.0'}\n", "hf"))
+    assert math.isnan(no_summary.get("train_loss")) and no_summary.notes == ["hf: train_loss is NaN — not in the log"]
+    assert math.isnan(tables.Facts(run("n", None, world_size=True)).world_size())   # a flag is not a count
+
+
+def test_what_a_peak_memory_figure_measured_is_said_beside_it() -> None:
+    tensor = tables.Facts(run("cpu", None, peak_mem_mb=5.0, mem_kind="tensor"))
+    assert tensor.peak_mem() == 5.0 and tensor.notes == [
+        "cpu: peak_mem_mb is the tensor memory of one CPU rank (PyTorch's memory tracker on one step); rss_mb is the "
+        "whole process"]
+    rss = tables.Facts(run("rss", None, peak_mem_mb=500.0, mem_kind="rss"))
+    rss.peak_mem(), rss.peak_mem()
+    assert rss.notes == ["rss: peak_mem_mb is the peak RSS of a CPU process (mem_kind rss), not GPU memory"]   # once
+
+
+def test_the_prediction_says_why_it_is_missing() -> None:
+    facts = tables.Facts(run("nocfg", None))
+    assert math.isnan(facts.predicted())
+    assert facts.notes == ["nocfg: predicted_mem_mb is NaN — the run folder's run_args.json (batch size, sequence "
+                           "length) was not given"]
+    bad = tables.Facts(run("gpt", {**CONFIG, "model": "gpt-5"}))
+    assert math.isnan(bad.predicted())
+    assert bad.notes[-1].startswith("gpt: predicted_mem_mb is NaN — unknown model profile 'gpt-5'; use one of ")
