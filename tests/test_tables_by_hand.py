@@ -288,3 +288,26 @@ def test_the_prediction_says_why_it_is_missing() -> None:
     bad = tables.Facts(run("gpt", {**CONFIG, "model": "gpt-5"}))
     assert math.isnan(bad.predicted())
     assert bad.notes[-1].startswith("gpt: predicted_mem_mb is NaN — unknown model profile 'gpt-5'; use one of ")
+
+
+def test_the_baseline_from_workshop_records_and_the_trainers_eval_dicts() -> None:
+    """No summary: the last logged loss is the last WORKSHOP_METRICS train record's; eval losses by epoch from
+    the Trainer's eval dicts (in the order of their epochs, a dict without one after those before it), the
+    eval throughput from the last of them."""
+    text = ('WORKSHOP_METRICS {"kind": "train", "step": 1, "loss": 6.0}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 2, "loss": 5.0}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 3, "loss": 4.5}\n'
+            "{'eval_loss': '4.9', 'eval_samples_per_second': '31.5', 'epoch': '2.0'}\n"
+            "{'eval_loss': '5.2', 'eval_samples_per_second': '30.0', 'epoch': '1.0'}\n"
+            "{'eval_loss': '4.7', 'eval_samples_per_second': '32.0'}\n")
+    row = tables.baseline_table([parse_text(text, "m")], predicted_mem_mb=False).loc["m"]
+    assert row["last_logged_loss"] == 4.5 and row["eval_samples_per_s"] == 32.0
+    assert (row["eval_loss_epoch1"], row["eval_loss_epoch2"], row["eval_loss_epoch3"]) == (5.2, 4.9, 4.7)
+
+
+def test_memory_by_category_is_the_largest_ranks_and_host_memory_zero_without_offload() -> None:
+    ranks = [{"params": 1.0, "activations": 2.0}, None, {"params": 0.5, "activations": 3.0, "host": 1.5}]
+    cols = tables.Facts(run("r", None, tensor_mem_mb_per_rank=ranks, rss_mb=400.0)).memory_columns()
+    assert (cols["params_mb"], cols["activations_mb"], cols["host_mb"], cols["rss_mb"]) == (1.0, 3.0, 1.5, 400.0)
+    assert math.isnan(cols["grads_mb"])                             # no rank measured it
+    assert tables.Facts(run("r", None, tensor_mem_mb_per_rank=ranks[:1])).memory_columns()["host_mb"] == 0
