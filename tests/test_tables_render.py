@@ -113,3 +113,19 @@ def test_the_table_command_prints_the_step_asked_in_the_format_asked(tmp_path: P
     assert float(rows[2].split(",")[7]) == pytest.approx(20.0)      # speed_cost_pct: 1 - 8 / 10
     assert tables.main([str(base)]) == 0                            # the baseline step, in markdown, unless told
     assert capsys.readouterr().out.startswith("| run | mean_train_loss | last_logged_loss |")
+
+
+NCCL_LOG = Path(__file__).parent / "fixtures" / "logs" / "nccl_tests_all_reduce_perf.log"   # 4 ranks on 2 nodes
+
+
+def test_step_5_takes_a_bandwidth_log_among_the_runs_as_bandwidth() -> None:
+    """`workshop table --step multinode run.out bw.out`: a log with a bandwidth table and no summary is a bandwidth
+    test, not a run; a run's row gets the figures of the test on its rank count."""
+    two = parse_text('WORKSHOP_SUMMARY {"status": "completed", "world_size": 4, "nodes": 2, "global_batch": 8, '
+                     '"train_samples_per_s": 15.0}\n', "2x2")
+    df = tables.build("multinode", [two, NCCL_LOG])
+    assert list(df.index) == ["2x2"] and df.loc["2x2", "avg_busbw_GBps"] == 11.0256
+    assert tables.build("multinode", [two], [NCCL_LOG]).loc["2x2", "max_busbw_GBps"] == 26.34
+    with pytest.raises(ValueError) as e:
+        tables.build("speed", [two])
+    assert str(e.value) == "unknown step 'speed'; choose one of baseline, fsdp, multinode, scaling, strategies"
