@@ -346,6 +346,9 @@ def test_estimate_args_reads_a_run_as_the_training_config_resolves_it() -> None:
     assert memory.estimate_args({**cfg, "hybrid_replicas": 4})[8] == 4
     assert memory.estimate_args({**cfg, "world_size": 16, "replicas": 8})[2::6] == (16, 8)
     assert memory.estimate_args({**cfg, "global_batch": 16})[9] == 1          # 16 // (4 x 8) = 0: at least 1
+    acc = memory.estimate_args({**cfg, "global_batch": 80})[9]               # as RunConfig derives it: 80 // 32
+    assert acc == 2 and type(acc) is int
+    assert memory.estimate_args({"sharding": "hybrid_shard", "world_size": 4})[8] == 1   # no nodes given: one
     assert memory.estimate_args({**cfg, "global_batch": 0})[9] == 5           # no global batch: grad_acc
     assert memory.estimate_args({**cfg, "global_batch": 0, "grad_acc": None})[9] == 1
     assert memory.estimate_args({**cfg, "sharding": "full_shard"})[8] == 1   # replicas only under hybrid sharding
