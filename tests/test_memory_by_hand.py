@@ -348,7 +348,9 @@ def test_estimate_args_reads_a_run_as_the_training_config_resolves_it() -> None:
     assert memory.estimate_args({**cfg, "global_batch": 16})[9] == 1          # 16 // (4 x 8) = 0: at least 1
     acc = memory.estimate_args({**cfg, "global_batch": 80})[9]               # as RunConfig derives it: 80 // 32
     assert acc == 2 and type(acc) is int
-    assert memory.estimate_args({"sharding": "hybrid_shard", "world_size": 4})[8] == 1   # no nodes given: one
+    for unset in ({}, {"nodes": None}):                                       # no nodes given: one replica group
+        assert memory.estimate_args({"sharding": "hybrid_shard", "world_size": 4, **unset})[8] == 1
+    assert memory.estimate_args({"world_size": 2, "global_batch": 8})[9] == 4   # micro-batch 1 unless told: 8 // 2
     assert memory.estimate_args({**cfg, "global_batch": 0})[9] == 5           # no global batch: grad_acc
     assert memory.estimate_args({**cfg, "global_batch": 0, "grad_acc": None})[9] == 1
     assert memory.estimate_args({**cfg, "sharding": "full_shard"})[8] == 1   # replicas only under hybrid sharding
@@ -411,3 +413,52 @@ def test_the_model_names_the_field_it_cannot_describe() -> None:
         estimate("tiny", "none", 1, loss="answer_only")
     assert str(e.value) == ("loss 'answer_only' needs answer_tokens: the micro-batch's positions with an answer token "
                             "next (e.g. batch_size x the answer's tokens, EOS included)")
+
+
+def test_the_peak_at_the_end_of_backward_by_hand() -> None:
+    """When the step's activations are small, FSDP's peak comes at backward's end: the stored shard, AdamW, every
+    reduced gradient shard, the embedding gathered again with its backward's fp32 temporary and unsharded
+    gradient. The tiny model, full_shard on 2, fp32, 2 x 32, chunked: shard 644,736 + AdamW 1,289,472 + grads
+    644,736 + the embedding 4·V·h = 393,216 + (4 + 4)·V·h = 786,432 + fp32's tied gradient accumulated 4·V·h."""
+    end = 644_736 + 1_289_472 + 644_736 + 393_216 + 786_432 + 393_216
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 32, loss="chunked").peak == end == 4_151_808
+    # with accumulation every unit's fp32 unsharded gradient (4P = 1,289,472) is held until then too
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 32, loss="chunked", grad_acc=2).peak == end + 1_289_472
+    # BLOOM-7b1, HSDP 2 x 8, bf16, 1 x 512 (P 7,069,016,064; V·h 1,027,604,480; a block 201,379,840): 4P/8 + 8P/8
+    # + 4P/8, the bf16 embedding 2·V·h, its fp32 temporary and bf16 gradient 6·V·h, and 29 blocks' bf16 gradient
+    # shards kept for the replicas' all-reduce 2·29·block/8
+    P, VH, BLOCK7 = 7_069_016_064, 1_027_604_480, 201_379_840
+    hsdp = estimate("bloom-7b1", "hybrid_shard", 16, "bf16", 1, 512, replicas=2, device="cpu")
+    assert hsdp.peak == 16 * P // 8 + 8 * VH + 2 * 29 * BLOCK7 // 8 == 23_818_871_808
+
+
+def test_hsdp_in_fp32_keeps_no_gradient_shards_beyond_the_stored_ones() -> None:
+    """In fp32 the reduced shard is the stored gradient itself: HSDP 2 x 2 holds what full_shard on 2 holds."""
+    hybrid = estimate("tiny", "hybrid_shard", 4, "fp32", 2, 32, replicas=2)
+    full = estimate("tiny", "full_shard", 2, "fp32", 2, 32)
+    assert (hybrid.other, hybrid.peak) == (full.other, full.peak) and hybrid.other == 2_241_408
+
+
+def test_backwards_temporaries_grow_with_each_sequences_attention_scores() -> None:
+    """BLOOM-7b1 at 16 ranks, 2 x 512, bf16: 24·x·h = 100,663,296 and 6.5 B per score, 6.5·b·a·s² = 109,051,904,
+    + the embedding's fp32 temporary 4·V·h and the unsharded bf16 gradients of it and a block 2·(V·h + block)."""
+    big = estimate("bloom-7b1", "full_shard", 16, "bf16", 2, 512, device="cpu")
+    assert big.other == 100_663_296 + 109_051_904 + 4 * 1_027_604_480 + 2 * (1_027_604_480 + 201_379_840)
+
+
+def test_with_a_small_vocabulary_the_largest_parameter_is_the_mlps() -> None:
+    """One process with accumulation counts the largest parameter's incoming gradient once more: the tied
+    embedding (V·h) for BLOOM, but with V = 128 and h = 96 the MLP's 4h x h weight (36,864 > 12,288)."""
+    narrow = memory.Arch("narrow", 128, 96, 2, 4)
+    assert narrow.params == 236_352
+    assert estimate(narrow, "none", 1, "fp32", 1, 8, grad_acc=2).grads == 4 * 236_352 + 4 * 4 * 96 * 96
+
+
+def test_every_figure_is_whole_bytes_when_the_ranks_do_not_divide_the_model() -> None:
+    """full_shard on 5: the fp32 shard 4P // 5 = 257,894 bytes + the embedding and two blocks in flight 1,287,936."""
+    bd = estimate("tiny", "full_shard", 5, "fp32", 2, 32)
+    assert bd.params == 257_894 + 4 * (98_304 + 2 * 111_840)
+    hsdp = estimate("bloom-560m", "hybrid_shard", 10, "bf16", 1, 128, replicas=2)   # 2·23 block shards over 5 ranks
+    for b in (bd, hsdp):
+        assert all(type(getattr(b, f)) is int for f in ("params", "grads", "optimizer", "activations", "other", "peak"))
+    assert bd.as_mb()["total"] == bd.peak / MB
