@@ -462,3 +462,22 @@ def test_every_figure_is_whole_bytes_when_the_ranks_do_not_divide_the_model() ->
     for b in (bd, hsdp):
         assert all(type(getattr(b, f)) is int for f in ("params", "grads", "optimizer", "activations", "other", "peak"))
     assert bd.as_mb()["total"] == bd.peak / MB
+
+
+def test_the_largest_micro_batch_is_the_last_that_fits_exactly() -> None:
+    """Bisection over 1..MAX_MICRO_BATCH for a peak that grows with the batch: a budget a batch fills exactly is
+    that batch's; under one sequence's peak, nothing fits (0)."""
+    from types import SimpleNamespace
+
+    def predict(b: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu_peak=1000 * b + 500)                 # 500 bytes of model, 1,000 per sequence
+
+    budgets = {999: 0, 1500: 1, 2499: 1, 7500: 7, 7499: 6, 100_000: 99, 4096 * 1000 + 500: 4096, 10**9: 4096}
+    for usable, batch in budgets.items():
+        found = memory.largest_micro_batch(predict, usable)
+        assert (found, type(found)) == (batch, int), usable
+    assert memory.MAX_MICRO_BATCH == 4096
+    # the memory model itself: the tiny model, full_shard on 2, fp32, 32 tokens, in a budget of 10 MiB
+    tiny = lambda b: estimate("tiny", "full_shard", 2, "fp32", b, 32)   # noqa: E731
+    b = memory.largest_micro_batch(tiny, 10 * MB)
+    assert tiny(b).gpu_peak <= 10 * MB < tiny(b + 1).gpu_peak and b > 1
