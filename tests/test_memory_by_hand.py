@@ -481,3 +481,31 @@ def test_the_largest_micro_batch_is_the_last_that_fits_exactly() -> None:
     tiny = lambda b: estimate("tiny", "full_shard", 2, "fp32", b, 32)   # noqa: E731
     b = memory.largest_micro_batch(tiny, 10 * MB)
     assert tiny(b).gpu_peak <= 10 * MB < tiny(b + 1).gpu_peak and b > 1
+
+
+def test_answer_only_over_every_position_is_the_full_loss() -> None:
+    """When every position is an answer position, the small loss projects what the full loss does: the same
+    logits, activations and peak (the tiny model, one process, fp32, 2 x 32: 64 positions)."""
+    full = estimate("tiny", "none", 1, "fp32", 2, 32)
+    every = estimate("tiny", "none", 1, "fp32", 2, 32, loss="answer_only", answer_tokens=64)
+    assert (every.logits, every.activations, every.peak) == (full.logits, full.activations, full.peak)
+
+
+def test_chunks_cover_every_position() -> None:
+    """chunked projects ceil(x / 8) positions at once: 2 x 33 = 66 positions, 9 rows (4·9·1024 B in fp32)."""
+    assert estimate("tiny", "none", 1, "fp32", 2, 33, loss="chunked").logits == 4 * 9 * 1024
+    assert memory.logits_rows("chunked", 2, 33) == 9 and memory.logits_rows("chunked", 2, 32) == 8
+
+
+def test_the_defaults_are_bloom_560m_on_one_gpu_at_8_x_512_in_bf16() -> None:
+    """What `estimate()` and activation_bytes assume unless told, and the smallest sequence the model accepts."""
+    assert estimate() == estimate("bloom-560m", "full_shard", 1, "bf16", 8, 512, device="cuda")
+    tiny = memory.get_arch("tiny")
+    assert activation_bytes(tiny, 2, 32) == activation_bytes(tiny, 2, 32, "bf16", False, "none")
+    assert estimate("tiny", "none", 1, "fp32", 1, 1).peak > 0                  # one token: a sequence still
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "none", 1, offload=True)
+    assert str(e.value) == "offload needs an FSDP strategy"                   # one process cannot offload either
+    with pytest.raises(ValueError) as e:
+        memory.get_arch("gpt-5")
+    assert str(e.value).startswith("unknown model profile 'gpt-5'; use one of bloom-560m, bloom-1b1, bloom-1b7, ")
