@@ -459,8 +459,10 @@ def test_every_figure_is_whole_bytes_when_the_ranks_do_not_divide_the_model() ->
     bd = estimate("tiny", "full_shard", 5, "fp32", 2, 32)
     assert bd.params == 257_894 + 4 * (98_304 + 2 * 111_840)
     hsdp = estimate("bloom-560m", "hybrid_shard", 10, "bf16", 1, 128, replicas=2)   # 2·23 block shards over 5 ranks
-    for b in (bd, hsdp):
-        assert all(type(getattr(b, f)) is int for f in ("params", "grads", "optimizer", "activations", "other", "peak"))
+    off = estimate("tiny", "full_shard", 5, "fp32", 2, 32, offload=True)
+    for b in (bd, hsdp, off):
+        assert all(type(getattr(b, f)) is int for f in ("params", "grads", "optimizer", "activations", "other", "peak",
+                                                        "host_params", "host_grads", "host_optimizer"))
     assert bd.as_mb()["total"] == bd.peak / MB
 
 

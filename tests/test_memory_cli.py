@@ -80,3 +80,11 @@ def test_hybrid_replicas_reach_the_fit(capsys: pytest.CaptureFixture[str]) -> No
     assert fit_lines(capsys.readouterr().out)[1].endswith("7.07 B params (hidden 4096, 30 layers)")
     assert memory.main([*hybrid, "--replicas", "2"]) == 0
     assert fit_lines(capsys.readouterr().out)[1].endswith("3.00 B params (hidden 2560, 30 layers)")
+
+
+def test_the_course_table_follows_the_flags_it_is_given(capsys: pytest.CaptureFixture[str]) -> None:
+    assert memory.main(["--course", "--model", "bloom-1b1", "--precision", "fp32", "--batch-size", "2",
+                        "--max-length", "256"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "bloom-1b1, fp32, batch 2 x 256 tokens per GPU (MB per GPU):"
+    assert out == memory.course_table("bloom-1b1", "fp32", 2, 256) + "\n"
