@@ -44,7 +44,8 @@ def test_render_as_csv_json_or_markdown_and_nothing_else() -> None:
     df = pd.DataFrame({"samples_per_s": [1.5]}, index=pd.Index(["a"], name="run"))
     df.attrs["notes"] = ["a: one note"]
     assert tables.render(df, "csv") == "run,samples_per_s\na,1.5\n"
-    assert json.loads(tables.render(df, "json")) == {"rows": [{"run": "a", "samples_per_s": 1.5}], "notes": ["a: one note"]}
+    assert json.loads(tables.render(df, "json")) == {"rows": [{"run": "a", "samples_per_s": 1.5}],
+                                                     "notes": ["a: one note"]}
     assert tables.render(df, "json").startswith('{\n "rows": [\n  {\n   "run": "a",')     # one space per level
     assert tables.render(df) == tables.to_markdown(df)
     with pytest.raises(ValueError, match="unknown format 'html'"):
@@ -59,17 +60,21 @@ def test_the_speed_notes_name_runs_by_label_else_strategy_else_place() -> None:
     """Step 3 judges each run's speed against full_shard's; two runs under one label are told apart by their
     strategy, and two of one strategy by their place in the table."""
     noise = "full_shard+offload vs full_shard: 29.8 vs 22.7 samples/s, each within the other run's own step-to-step"
-    df = tables.build("strategies", [timed_run("off", "full_shard+offload", OFF, 29.8), timed_run("fs", "full_shard", FS, 22.7)])
-    assert df.attrs["speed_notes"][1].startswith(noise.replace("full_shard+offload vs full_shard", "off vs fs"))
-    alike = tables.build("strategies", [timed_run("job", "full_shard", FS, 22.7), timed_run("job", "full_shard+offload", OFF, 29.8)])
-    assert alike.attrs["speed_notes"][1].startswith(noise)
-    same = tables.build("strategies", [timed_run("job", "full_shard", FS, 22.7), timed_run("job", "full_shard", OFF, 29.8)])
-    assert same.attrs["speed_notes"][1].startswith("run 2 (full_shard) vs run 1 (full_shard): 29.8 vs 22.7")
+
+    def second_note(a: tuple[str, str], b: tuple[str, str]) -> str:
+        return tables.build("strategies", [timed_run(*a, FS, 22.7), timed_run(*b, OFF, 29.8)]).attrs["speed_notes"][1]
+
+    assert second_note(("fs", "full_shard"), ("off", "full_shard+offload")).startswith(
+        noise.replace("full_shard+offload vs full_shard", "off vs fs"))
+    assert second_note(("job", "full_shard"), ("job", "full_shard+offload")).startswith(noise)
+    assert second_note(("job", "full_shard"), ("job", "full_shard")).startswith(
+        "run 2 (full_shard) vs run 1 (full_shard): 29.8 vs 22.7")
 
 
 def test_step_2s_notes_judge_each_run_against_the_baseline() -> None:
     """--step fsdp: the first source is the baseline, every other run a row after it, judged against it."""
-    df = tables.build("fsdp", [timed_run("base", "none", FS, 22.7), timed_run("a", "full_shard", [1, 1, 1, 40.0, 44.0, 41.0, 45.0, 43.0], 42.6),
+    fast = [1, 1, 1, 40.0, 44.0, 41.0, 45.0, 43.0]                  # every step faster than any of the baseline's
+    df = tables.build("fsdp", [timed_run("base", "none", FS, 22.7), timed_run("a", "full_shard", fast, 42.6),
                                timed_run("b", "full_shard+offload", OFF, 29.8)])
     assert list(df.index) == ["base", "a", "b"]
     assert [n.split(":")[0] for n in df.attrs["speed_notes"][1:]] == ["b vs base"]
@@ -80,7 +85,8 @@ def test_runs_without_a_strategy_column_are_named_by_their_place() -> None:
     other = {"counted_steps": [[5, 8]], "excluded_steps": {}}
     df = tables.build("baseline", [timed_run("job", "none", FS, 22.7), timed_run("job", "none", OFF, 29.8, other)])
     assert [n.split("; a log")[0] for n in df.attrs["speed_notes"]] == [
-        "samples/s counts steps 4-8 (left out: warmup 1-2; tensor_memory 3) of run 1", "samples/s counts steps 5-8 of run 2"]
+        "samples/s counts steps 4-8 (left out: warmup 1-2; tensor_memory 3) of run 1",
+        "samples/s counts steps 5-8 of run 2"]
 
 
 def test_the_table_command_says_what_it_cannot_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,8 +111,9 @@ def test_the_table_command_says_what_it_cannot_read(tmp_path: Path, capsys: pyte
 def test_the_table_command_prints_the_step_asked_in_the_format_asked(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture[str]) -> None:
     base, fsdp = tmp_path / "base.out", tmp_path / "fsdp.out"
-    base.write_text('WORKSHOP_SUMMARY {"status": "completed", "sharding_applied": "none", "train_samples_per_s": 10.0}\n')
-    fsdp.write_text('WORKSHOP_SUMMARY {"status": "completed", "sharding_applied": "full_shard", "train_samples_per_s": 8.0}\n')
+    for path, strategy, speed in ((base, "none", 10.0), (fsdp, "full_shard", 8.0)):
+        path.write_text("WORKSHOP_SUMMARY " + json.dumps({"status": "completed", "sharding_applied": strategy,
+                                                          "train_samples_per_s": speed}) + "\n")
     assert tables.main(["--step", "fsdp", str(base), str(fsdp), "--format", "csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
     assert rows[0].startswith("run,strategy,world_size,peak_mem_mb,") and rows[2].startswith("fsdp,full_shard,")
