@@ -178,7 +178,8 @@ def test_strategies_from_the_trainers_figures_when_the_summary_has_none() -> Non
             "{'train_runtime': '10.0', 'train_samples_per_second': '8.0', 'train_loss': '5.5', 'epoch': '1.0'}\n")
     df = tables.strategies_table([parse_text(text, "fs")], predicted_mem_mb=False)
     row = df.loc["fs"]
-    assert (row["strategy"], row["world_size"], row["samples_per_s"], row["tokens_per_s"]) == ("full_shard", 2, 8.0, 1000.0)
+    assert (row["strategy"], row["world_size"]) == ("full_shard", 2)
+    assert (row["samples_per_s"], row["tokens_per_s"]) == (8.0, 1000.0)
     assert (row["samples_per_s_vs_full_shard"], row["tokens_per_s_vs_full_shard"]) == (1.0, 1.0)
     alone = tables.strategies_table([run("ddp", None, sharding_applied="ddp")], predicted_mem_mb=False)
     assert "no full_shard run given: the 'vs_full_shard' columns are NaN" in alone.attrs["notes"]
