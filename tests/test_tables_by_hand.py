@@ -312,3 +312,20 @@ def test_memory_by_category_is_the_largest_ranks_and_host_memory_zero_without_of
     assert (cols["params_mb"], cols["activations_mb"], cols["host_mb"], cols["rss_mb"]) == (1.0, 3.0, 1.5, 400.0)
     assert math.isnan(cols["grads_mb"])                             # no rank measured it
     assert tables.Facts(run("r", None, tensor_mem_mb_per_rank=ranks[:1])).memory_columns()["host_mb"] == 0
+
+
+def test_the_baseline_of_a_summary_without_evaluation() -> None:
+    """The summary's own last logged loss; no eval record: one eval-loss column, NaN, and the note says why."""
+    df = tables.baseline_table([run("noeval", train_loss=5.5, last_logged_loss=4.25)], predicted_mem_mb=False)
+    assert (df.loc["noeval", "mean_train_loss"], df.loc["noeval", "last_logged_loss"]) == (5.5, 4.25)
+    assert [c for c in df.columns if c.startswith("eval_loss")] == ["eval_loss_epoch1"]
+    assert math.isnan(df.loc["noeval", "eval_loss_epoch1"])
+    assert "noeval: eval loss is NaN — no eval record in the log" in df.attrs["notes"]
+    evaluated = tables.baseline_table([run("eval", eval_losses=[5.0])], predicted_mem_mb=False)
+    assert not any("eval loss is NaN" in n for n in evaluated.attrs["notes"])
+
+
+def test_a_log_that_names_no_strategy_shows_a_question_mark() -> None:
+    df = tables.strategies_table([parse_text("{'loss': '6.0', 'epoch': '1.0'}\n", "bare")], predicted_mem_mb=False)
+    assert df.loc["bare", "strategy"] == "?"
+    assert "bare: strategy unknown — no summary or config in the log" in df.attrs["notes"]

@@ -29,6 +29,8 @@ def test_cells_read_as_counts_rates_and_gaps() -> None:
     """Whole numbers without decimals (thousands grouped), other figures to 4 significant digits, a gap as NaN."""
     cells = [tables._cell(v) for v in (float("nan"), 2.0, 1234.0, -2048.0, 0.123456, 12.3456, 1234.5, 1e16, 7, "ok")]
     assert cells == ["NaN", "2", "1,234", "-2,048", "0.1235", "12.35", "1,234", "10,000,000,000,000,000", "7", "ok"]
+    # thousands are grouped from 1,000 on, whole or not; below, up to 4 significant digits
+    assert [tables._cell(v) for v in (1000.0, 1000.25, 999.0, 999.25)] == ["1,000", "1,000", "999", "999.2"]
 
 
 def test_markdown_has_the_index_column_and_the_notes() -> None:
@@ -48,6 +50,8 @@ def test_render_as_csv_json_or_markdown_and_nothing_else() -> None:
                                                      "notes": ["a: one note"]}
     assert tables.render(df, "json").startswith('{\n "rows": [\n  {\n   "run": "a",')     # one space per level
     assert tables.render(df) == tables.to_markdown(df)
+    df.attrs.clear()                                                 # a frame made elsewhere, without notes
+    assert json.loads(tables.render(df, "json"))["notes"] == [] and "- " not in tables.render(df)
     with pytest.raises(ValueError, match="unknown format 'html'"):
         tables.render(df, "html")
 
@@ -104,6 +108,9 @@ def test_the_table_command_says_what_it_cannot_read(tmp_path: Path, capsys: pyte
     err = capsys.readouterr().err
     assert err.startswith("usage: workshop table ") and "invalid choice: 'speed'" in err
     with pytest.raises(SystemExit):
+        tables.main([str(log), "--format", "html"])
+    assert "argument --format: invalid choice: 'html'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
         tables.main([])                                             # at least one source
     assert "the following arguments are required: sources" in capsys.readouterr().err
 
@@ -136,3 +143,10 @@ def test_step_5_takes_a_bandwidth_log_among_the_runs_as_bandwidth() -> None:
     with pytest.raises(ValueError) as e:
         tables.build("speed", [two])
     assert str(e.value) == "unknown step 'speed'; choose one of baseline, fsdp, multinode, scaling, strategies"
+
+
+def test_the_table_command_reads_bandwidth_logs_given_apart(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    log = tmp_path / "2x2.out"
+    log.write_text('WORKSHOP_SUMMARY {"status": "completed", "world_size": 4, "nodes": 2, "train_samples_per_s": 15.0}\n')
+    assert tables.main(["--step", "multinode", str(log), "--bandwidth", str(NCCL_LOG), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["avg_busbw_GBps"] == 11.0256
