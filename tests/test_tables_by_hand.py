@@ -329,3 +329,54 @@ def test_a_log_that_names_no_strategy_shows_a_question_mark() -> None:
     df = tables.strategies_table([parse_text("{'loss': '6.0', 'epoch': '1.0'}\n", "bare")], predicted_mem_mb=False)
     assert df.loc["bare", "strategy"] == "?"
     assert "bare: strategy unknown — no summary or config in the log" in df.attrs["notes"]
+
+
+BW_2RANKS = Path(__file__).parent / "fixtures" / "logs" / "real_bandwidth_pass_2proc.log"   # 2 ranks, 1 node
+
+
+def test_each_run_gets_the_bandwidth_measured_on_its_own_rank_count() -> None:
+    """Average, peak and large-message bus bandwidth, each from its own column (0.07, 0.33, 0.23 GB/s on 2 ranks);
+    a rank count a test ran on needs no note, one no test ran on is NaN with the note; a run of unknown size too.
+    The multinode table predicts memory unless told (here: no config, so NaN with its note)."""
+    runs = [run("1x2", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0),
+            run("2x2", world_size=4, nodes=3, global_batch=8, train_samples_per_s=15.0),
+            run("?", nodes=5, global_batch=8, train_samples_per_s=15.0)]
+    df = tables.multinode_table(runs, [BW_2RANKS])
+    assert tuple(df.loc["1x2", ["avg_busbw_GBps", "max_busbw_GBps", "large_busbw_GBps"]]) == (0.07, 0.33, 0.23)
+    assert all(math.isnan(v) for v in df.loc[["2x2", "?"], "avg_busbw_GBps"])
+    notes = df.attrs["notes"]
+    assert "bus bandwidth is NaN where no bandwidth log ran on that many ranks" in notes
+    assert not any("not the same rank count" in n for n in notes)
+    assert "predicted_mem_mb" in df.columns and "predicted_mem_mb" not in tables.multinode_table(runs, [], False)
+    assert "no bandwidth log given: bus bandwidth columns are NaN (run `workshop bandwidth`)" in \
+        tables.multinode_table(runs, [], False).attrs["notes"]
+
+
+def test_a_log_without_a_table_does_not_hide_the_logs_after_it(tmp_path: Path) -> None:
+    """The transport NCCL chose is said beside the figures; a test on one rank serves no 2-rank run."""
+    empty, one_rank, nccl = tmp_path / "empty.out", tmp_path / "one.out", tmp_path / "nccl.out"
+    empty.write_text("nothing measured\n")
+    one_rank.write_text("\n".join(line for line in NCCL_LOG.read_text().splitlines() if "Rank" not in line) + "\n")
+    nccl.write_text("n1:1:1 [0] NCCL INFO Channel 00/02 : 0[0] -> 1[1] via P2P/IPC\n" + BW_2RANKS.read_text())
+    runs = [run("1x2", world_size=2, nodes=1, global_batch=8, train_samples_per_s=10.0)]
+    df = tables.multinode_table(runs, [empty, one_rank, nccl], predicted_mem_mb=False)
+    assert df.loc["1x2", "avg_busbw_GBps"] == 0.07
+    assert "nccl: transport: inside a node P2P/IPC" in df.attrs["notes"]
+    assert math.isnan(tables.multinode_table(runs, [one_rank], False).loc["1x2", "avg_busbw_GBps"])
+
+
+def test_notes_say_why_memory_and_em_f1_are_missing() -> None:
+    df = tables.baseline_table([run("old", em_after=None, f1_after=None)], predicted_mem_mb=False)
+    notes = df.attrs["notes"]
+    assert "old: em_after is NaN — EM/F1 generation was off (eval_generate=false)" in notes
+    assert "old: f1_after is NaN — EM/F1 generation was off (eval_generate=false)" in notes
+    assert ("old: memory by category is NaN — the run measured no tensor memory (a run from before the tracker, or "
+            "one that stopped before its measured step)") in notes
+
+
+def test_a_table_without_speed_comparisons_still_has_its_speed_notes() -> None:
+    """Step 5 mixes runs and bandwidth logs, and no runs at all is an empty table: no speed notes, an empty list."""
+    two = run("2x2", world_size=4, nodes=2, global_batch=8, train_samples_per_s=15.0)
+    assert tables.build("multinode", [two, NCCL_LOG]).attrs["speed_notes"] == []
+    empty = tables.build("baseline", [])
+    assert empty.empty and empty.attrs["speed_notes"] == [] and empty.attrs["notes"] == []
