@@ -12,7 +12,7 @@ import pytest
 
 from workshop.results import tables
 from workshop.results.logs import parse_text
-from workshop.results.memory import MB
+from workshop.results.memory import MB, estimate_config
 
 
 def run(label: str, run_args: dict | None = None, **summary: object) -> "tables.ParsedLog":
@@ -147,6 +147,7 @@ def test_scaling_from_logs_without_a_summary() -> None:
                                 "predicted_mem_mb"]
     row = df.loc["w2"]
     assert (row["world_size"], row["batch_size"], row["grad_acc"], row["global_batch"]) == (2, 2, 2, 8)
+    assert row["predicted_mem_mb"] == pytest.approx(estimate_config(CONFIG).total_mb)   # tiny, full_shard x 2, 2 x 256
     assert row["peak_mem_mb_per_gpu"] == 4.75
     # no run with a known world size and throughput: speed-up and efficiency are NaN, with nothing to divide by
     none = tables.scaling_table([run("?", sharding_applied="full_shard")], predicted_mem_mb=False)
@@ -209,6 +210,7 @@ def test_a_run_stopped_at_a_checkpoint_reads_from_its_step_lines() -> None:
             'WORKSHOP_CHECKPOINT {"step": 3}\n')
     df = tables.build("scaling", [parse_text(text, "cut")])
     assert (df.loc["cut", "steps"], df.loc["cut", "peak_mem_mb_per_gpu"]) == (3, 310.0)
+    assert (df.loc["cut", "nodes"], df.loc["cut", "world_size"], df.loc["cut", "batch_size"]) == (1, 2, 2)   # config
     assert math.isnan(df.loc["cut", "samples_per_s"])
     assert ("cut: stopped at a checkpoint at step 3 before the time limit (job exit 75, CHECKPOINTED): its figures "
             "are NaN until it is resumed (resume=True, or `workshop submit ... --resume`)") in df.attrs["notes"]
@@ -380,3 +382,13 @@ def test_a_table_without_speed_comparisons_still_has_its_speed_notes() -> None:
     assert tables.build("multinode", [two, NCCL_LOG]).attrs["speed_notes"] == []
     empty = tables.build("baseline", [])
     assert empty.empty and empty.attrs["speed_notes"] == [] and empty.attrs["notes"] == []
+
+
+def test_a_run_without_throughput_is_not_the_scaling_reference() -> None:
+    """The smallest world with a throughput is the reference: 1 rank recorded none, so 2 ranks is it."""
+    runs = [run("w1", world_size=1, nodes=1, global_batch=8), run("w2", world_size=2, nodes=1, global_batch=8,
+                                                                   train_samples_per_s=10.0),
+            run("w4", world_size=4, nodes=1, global_batch=8, train_samples_per_s=18.0)]
+    df = tables.scaling_table(runs, predicted_mem_mb=False)
+    assert list(df.loc[["w2", "w4"], "speedup"]) == pytest.approx([1.0, 1.8])
+    assert "speed-up relative to w2 (world size 2)" in df.attrs["notes"]

@@ -150,3 +150,21 @@ def test_the_table_command_reads_bandwidth_logs_given_apart(capsys: pytest.Captu
     log.write_text('WORKSHOP_SUMMARY {"status": "completed", "world_size": 4, "nodes": 2, "train_samples_per_s": 15.0}\n')
     assert tables.main(["--step", "multinode", str(log), "--bandwidth", str(NCCL_LOG), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["avg_busbw_GBps"] == 11.0256
+
+
+def test_step_5_keeps_every_run_whatever_else_its_log_holds() -> None:
+    """A run whose job also measured bandwidth (a preflight) is a run; so is one that printed only the Trainer's
+    dicts; only a log with a bandwidth table and no summary is a bandwidth test."""
+    both = parse_text(NCCL_LOG.read_text() + 'WORKSHOP_SUMMARY {"status": "completed", "world_size": 4, "nodes": 2, '
+                      '"train_samples_per_s": 15.0}\n', "preflighted")
+    hf = parse_text("{'train_runtime': '10.0', 'train_samples_per_second': '8.0', 'train_loss': '5.5', "
+                    "'epoch': '1.0'}\n", "hf")
+    df = tables.build("multinode", [both, hf])
+    assert list(df.index) == ["preflighted", "hf"]
+    assert df.loc["preflighted", "samples_per_s"] == 15.0 and df.loc["hf", "samples_per_s"] == 8.0
+
+
+def test_step_3_without_a_full_shard_run_has_no_reference_to_judge_by() -> None:
+    df = tables.build("strategies", [timed_run("ddp", "ddp", FS, 22.7), timed_run("sgo", "shard_grad_op", OFF, 29.8)])
+    assert len(df.attrs["speed_notes"]) == 1 and df.attrs["speed_notes"][0].startswith("samples/s counts steps 4-8")
+    assert "no full_shard run given: the 'vs_full_shard' columns are NaN" in df.attrs["notes"]
