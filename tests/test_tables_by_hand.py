@@ -174,8 +174,9 @@ def test_the_strategy_is_what_was_applied_else_asked_else_configured() -> None:
 def test_strategies_from_the_trainers_figures_when_the_summary_has_none() -> None:
     """No WORKSHOP_SUMMARY: samples/s from the Trainer's final dict, tokens/s from the last train record."""
     text = ('WORKSHOP_RUN_ARGS {"config": {"sharding": "full_shard", "world_size": 2}}\n'
-            'WORKSHOP_METRICS {"kind": "train", "step": 1, "loss": 6.0, "tokens_per_s": 900.0}\n'
-            'WORKSHOP_METRICS {"kind": "train", "step": 2, "loss": 5.0, "tokens_per_s": 1000.0}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 1, "loss": 6.0, "tokens_per_s": 800.0}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 2, "loss": 5.5, "tokens_per_s": 900.0}\n'
+            'WORKSHOP_METRICS {"kind": "train", "step": 3, "loss": 5.0, "tokens_per_s": 1000.0}\n'
             "{'train_runtime': '10.0', 'train_samples_per_second': '8.0', 'train_loss': '5.5', 'epoch': '1.0'}\n")
     df = tables.strategies_table([parse_text(text, "fs")], predicted_mem_mb=False)
     row = df.loc["fs"]
@@ -392,3 +393,29 @@ def test_a_run_without_throughput_is_not_the_scaling_reference() -> None:
     df = tables.scaling_table(runs, predicted_mem_mb=False)
     assert list(df.loc[["w2", "w4"], "speedup"]) == pytest.approx([1.0, 1.8])
     assert "speed-up relative to w2 (world size 2)" in df.attrs["notes"]
+
+
+def test_the_scaling_tables_columns_and_its_notes_in_full() -> None:
+    """Notebook 05's table: speed-up and efficiency beside the batch; every run's notes kept, each once; runs of
+    unknown size at the end with NaN speed-ups; exactly 115 % efficiency is still noise."""
+    runs = [run("w1", world_size=1, nodes=1, global_batch=8, train_samples_per_s=10.0),
+            run("w2", world_size=2, nodes=1, global_batch=16, train_samples_per_s=23.0),
+            run("?a", nodes=1, global_batch=8), run("?b", nodes=1, global_batch=8)]
+    df = tables.scaling_table(runs, predicted_mem_mb=False)
+    assert list(df.columns) == ["nodes", "world_size", "global_batch", "samples_per_s", "speedup", "efficiency",
+                                "peak_mem_mb_per_gpu"]
+    assert df.loc["w2", "efficiency"] == 1.15 and math.isnan(df.loc["?b", "speedup"])
+    notes = df.attrs["notes"]
+    assert not any("above perfect scaling" in n for n in notes)
+    assert "global batch differs between runs ([8.0, 16.0]): this is not a constant-batch scaling comparison; keep " \
+           "batch_size x grad_acc x world_size equal" in notes
+    assert {f"{r}: world_size is NaN — not in the log's summary" for r in ("?a", "?b")} <= set(notes)
+    assert len(notes) == len(set(notes))
+
+
+def test_a_table_of_one_task_of_several_says_it_reads_global_rank_0() -> None:
+    text = ("0: {'train_runtime': '4.0', 'train_samples_per_second': '5.0', 'train_loss': '2.0', 'epoch': '2.0'}\n"
+            "1: {'train_runtime': '4.0', 'train_samples_per_second': '9.0', 'train_loss': '2.0', 'epoch': '2.0'}\n"
+            '1: WORKSHOP_SUMMARY {"status": "completed", "train_samples_per_s": 9.0}\n')
+    notes = tables.baseline_table([parse_text(text, "two")], predicted_mem_mb=False).attrs["notes"]
+    assert notes[0].startswith("two: figures from global rank 0 only (the lines labelled 1:)")

@@ -145,7 +145,7 @@ def test_step_5_takes_a_bandwidth_log_among_the_runs_as_bandwidth() -> None:
     assert str(e.value) == "unknown step 'speed'; choose one of baseline, fsdp, multinode, scaling, strategies"
 
 
-def test_the_table_command_reads_bandwidth_logs_given_apart(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_the_table_command_reads_bandwidth_logs_given_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "2x2.out"
     log.write_text('WORKSHOP_SUMMARY {"status": "completed", "world_size": 4, "nodes": 2, "train_samples_per_s": 15.0}\n')
     assert tables.main(["--step", "multinode", str(log), "--bandwidth", str(NCCL_LOG), "--format", "json"]) == 0
