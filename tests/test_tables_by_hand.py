@@ -419,3 +419,9 @@ def test_a_table_of_one_task_of_several_says_it_reads_global_rank_0() -> None:
             '1: WORKSHOP_SUMMARY {"status": "completed", "train_samples_per_s": 9.0}\n')
     notes = tables.baseline_table([parse_text(text, "two")], predicted_mem_mb=False).attrs["notes"]
     assert notes[0].startswith("two: figures from global rank 0 only (the lines labelled 1:)")
+
+
+def test_odd_counts_print_as_integers_too() -> None:
+    df = tables.scaling_table([run(f"w{w}", world_size=w, nodes=w, global_batch=6, train_samples_per_s=3.0 * w)
+                               for w in (1, 3)], predicted_mem_mb=False)
+    assert [str(df[c].dtype) for c in ("nodes", "world_size", "global_batch")] == ["int64"] * 3
