@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from workshop.results import memory
-from workshop.results.memory import MB, activation_bytes, estimate
+from workshop.results.memory import MB, GiB, activation_bytes, estimate
 
 P = 559_214_592
 VH = 256_901_120
@@ -233,3 +233,281 @@ def test_hybrid_shard_grad_op_keeps_every_unit_gathered_over_its_shard_group() -
     assert (bd.grads, bd.optimizer) == (4 * P // 8, 8 * P // 8)
     sgo = estimate("bloom-560m", "shard_grad_op", 8, "bf16", 8, 512)
     assert (bd.params, bd.peak) == (sgo.params, sgo.peak)   # the same ranks' worth of state, replicated twice
+
+
+def test_compare_predicts_on_the_device_the_run_ran_on() -> None:
+    """The summary's `device` decides, else the config's; "auto" (or none) is a course site's GPU. The tiny model,
+    full_shard on 2, fp32, 2 x 40: params = the shard 644,736 + the embedding 4·98,304 + the blocks in flight,
+    one on a CPU rank (4·111,840: 1,485,312 B = 1.417 MB), two on a GPU (1,932,672 B = 1.843 MB)."""
+    config = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "world_size": 2, "batch_size": 2}
+    measured = {"tensor_mem_mb_per_rank": [{"params": 1.4, "batch_shape": [2, 40]}]}
+
+    def params_mb(summary: dict, cfg: dict) -> float:
+        return next(r["predicted_mb"] for r in memory.compare(summary, cfg) if r["category"] == "params")
+
+    assert params_mb(measured, {**config, "device": "cpu"}) == 1.417            # the config's, when the summary has none
+    assert params_mb(measured, config) == params_mb(measured, {**config, "device": "auto"}) == 1.843
+    assert params_mb({**measured, "device": "cuda"}, {**config, "device": "cpu"}) == 1.843   # where it ran wins
+    assert params_mb({**measured, "device": "cpu"}, config) == 1.417
+
+
+def test_compare_holds_an_answer_only_runs_logits_against_its_own_positions() -> None:
+    """Under loss answer_only the logits tensor is answer positions x V, in the compute dtype: the tiny model in
+    fp32 at 30 positions 4·30·1024 = 122,880 B (0.1172 MB), at 20 positions 81,920 B (0.0781 MB). A rank that
+    measured no logits has no logits row; the positions must be there to predict at all."""
+    config = {"model": "tiny", "sharding": "full_shard", "precision": "fp32", "world_size": 2, "batch_size": 2,
+              "loss": "answer_only", "device": "cpu"}
+    ranks = [{"peak": 3.0, "batch_shape": [2, 40]}, {"peak": 3.0, "batch_shape": [2, 40]}]
+    summary = {"tensor_mem_mb_per_rank": ranks, "logits_positions_per_rank": [30, 20], "logits_mb_per_rank": [0.11, 0]}
+    logits = [r for r in memory.compare(summary, config) if r["category"] == "logits"]
+    # (122,880 / 2**20 - 0.11) / 0.11 = 0.06534...
+    assert logits == [{"rank": 0, "category": "logits", "predicted_mb": 0.1172, "measured_mb": 0.11, "rel_error": 0.0653}]
+    summary["logits_mb_per_rank"] = [0.11, 0.08]
+    assert [r["predicted_mb"] for r in memory.compare(summary, config) if r["category"] == "logits"] == [0.1172, 0.0781]
+    # the full loss on the same summary: every position, 4·80·1024 = 327,680 B = 0.3125 MB
+    full = memory.compare(summary, {**config, "loss": "full"})
+    assert [r["predicted_mb"] for r in full if r["category"] == "logits"] == [0.3125, 0.3125]
+    with pytest.raises(ValueError, match="needs answer_tokens"):
+        memory.compare({**summary, "logits_positions_per_rank": [30]}, config)    # rank 1's positions missing
+
+
+def test_the_course_table_quotes_bloom_560m_at_the_notebooks_batch() -> None:
+    """`workshop estimate --course`: BLOOM-560M, bf16, 8 x 512 unless told. Offload moves the sharded states to
+    the host, 16 B x P / 4 = 2,133 MB; checkpointing keeps each block's input (24 x 2·x·h), the shared mask
+    (2·b·s²) and the outside terms (10,335,027,200 B), plus one block recomputed (352,321,536 B): 10,388 MB."""
+    table = memory.course_table()
+    assert table == memory.course_table("bloom-560m", "bf16", 8, 512)
+    lines = table.splitlines()
+    assert lines[0] == "bloom-560m, bf16, batch 8 x 512 tokens per GPU (MB per GPU):"
+    assert lines[1].split() == ["config", "params", "grads", "optimizer", "activations", "other", "peak", "gpu_peak",
+                                "host"]
+    rows = {line[2:26].strip(): line[26:].split() for line in lines[2:]}
+    assert list(rows) == ["one GPU", "ddp x4", "full_shard x4", "shard_grad_op x4", "full_shard x4 + offload",
+                          "full_shard x4 + AC"]
+    assert rows["full_shard x4 + offload"][1:3] == ["0", "0"] and rows["full_shard x4 + offload"][-1] == "2,133"
+    assert rows["full_shard x4 + AC"][3] == "10,388" and rows["full_shard x4"][3] == "17,920"
+    assert rows["ddp x4"][-3:] == ["27,346", "29,479", "0"]        # peak, gpu_peak (+ 4P buckets), host
+    assert "bloom-1b1, fp32, batch 2 x 128" in memory.course_table("bloom-1b1", "fp32", 2, 128)
+
+
+def test_the_breakdown_names_what_a_gpu_must_hold_beside_the_trackers_peak() -> None:
+    """DDP on 4, bf16, 8 x 512: peak 12P + 21,963,735,040 = 28,674,310,144 B (27,346.0 MB); the buckets 4P
+    (2,133.2 MB) on top make gpu_peak 30,911,168,512 B = 29,479.2 MB = 28.79 GiB."""
+    text = memory.format_breakdown(estimate("bloom-560m", "ddp", 4, "bf16", 8, 512))
+    assert text.splitlines()[-3:] == [
+        "  peak             27,346.0 MB  (26.71 GiB per GPU, most alive at once)",
+        "  ddp_buckets       2,133.2 MB  (DDP's gradient buckets: the tracker cannot see them, a GPU's allocator does)",
+        "  gpu_peak         29,479.2 MB  (28.79 GiB: peak + buckets, what a GPU must hold)"]
+    assert "gpu_peak" not in memory.format_breakdown(estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512))
+
+
+def test_the_breakdown_of_an_offloaded_run_adds_host_memory_below_the_gpus() -> None:
+    """full_shard on 4 with offload: per rank the host holds P/4·4 params, as much gradient, 2P AdamW (4P in all)."""
+    lines = memory.format_breakdown(estimate("bloom-560m", "full_shard", 4, "bf16", 8, 512, offload=True)).splitlines()
+    assert lines[0] == "parameters: 559,214,592 (sharded over 4)" and lines[7].startswith("  peak ")
+    assert [line.split()[:2] for line in lines[8:12]] == [["host_params", "533.3"], ["host_grads", "533.3"],
+                                                          ["host_optimizer", "1,066.6"], ["host", "2,133.2"]]
+    assert all(line.endswith("MB  (host memory per rank)") for line in lines[8:12])
+    assert lines[12:] == ["note: offload: sharded params, grads and AdamW states live in host memory"]
+
+
+def test_between_checkpoints_a_rung_takes_bloom_s_usual_head_dim() -> None:
+    """Head dim 64 up to hidden 1024, 128 above, and at least one head; the published shapes only for BLOOM's
+    own vocabulary (a model with another tokenizer is not that checkpoint)."""
+    heads = {h: memory.bloom_family_arch(h, 12).heads for h in (32, 96, 128, 512, 1024, 1025, 1200, 5120)}
+    assert heads == {32: 1, 96: 1, 128: 2, 512: 8, 1024: 16, 1025: 8, 1200: 9, 5120: 40}
+    assert all(type(n) is int for n in heads.values())
+    assert memory.bloom_family_arch(1536, 24, vocab=32_000).heads == 12        # not bloom-1b1's 16
+    assert memory.bloom_family_arch(1536, 24).heads == 16
+    a = memory.bloom_family_arch(5120, 40)
+    assert (a.name, a.vocab, a.hidden, a.layers) == ("bloom-h5120-l40", 250_880, 5120, 40)
+
+
+def test_a_model_that_fills_the_gpu_exactly_fits() -> None:
+    """The budget is a bound a model may reach: bloom-3b (3,002,557,440 parameters, 32 heads), one process,
+    bf16, 8 x 512 (the defaults), fits a GPU of exactly its gpu_peak and not one byte less (then bloom-1b7)."""
+    bd = estimate(memory.bloom_family_arch(2560, 30), "none", 1, "bf16", 8, 512)
+    fit = memory.largest_model_that_fits(bd.gpu_peak / GiB)
+    assert (fit.params, fit.hidden, fit.layers, fit.heads, fit.breakdown) == (3_002_557_440, 2560, 30, 32, bd)
+    assert memory.largest_model_that_fits((bd.gpu_peak - 1) / GiB).hidden == 2048
+    # hybrid_shard keeps one replica unless told: sharded over all 8 GPUs (24 GiB, 1 x 256) bloom-7b1 fits
+    assert memory.largest_model_that_fits(24, "hybrid_shard", 8, "bf16", 1, 256).hidden == 4096
+    assert memory.largest_model_that_fits(24, "hybrid_shard", 8, "bf16", 1, 256, replicas=2).hidden == 2560
+
+
+def test_estimate_args_reads_a_run_as_the_training_config_resolves_it() -> None:
+    """What a prediction is keyed by (the grader's references): the world from nodes x procs_per_node unless
+    world_size says it; hybrid_shard's replicas from hybrid_replicas, else one per node; grad_acc derived
+    from global_batch / (batch_size x world) when one is set; "auto" on a course site is its GPUs."""
+    cfg = {"model": "bloom-560m", "sharding": "hybrid_shard", "nodes": 2, "procs_per_node": 4, "precision": "bf16",
+           "batch_size": 4, "max_length": 128, "global_batch": 64, "grad_acc": 5, "device": "auto", "loss": None}
+    assert memory.estimate_args(cfg) == ("bloom-560m", "hybrid_shard", 8, "bf16", 4, 128, False, False, 2, 2, "cuda",
+                                         "full", None)
+    assert memory.estimate_args({**cfg, "hybrid_replicas": 4})[8] == 4
+    assert memory.estimate_args({**cfg, "world_size": 16, "replicas": 8})[2::6] == (16, 8)
+    assert memory.estimate_args({**cfg, "global_batch": 16})[9] == 1          # 16 // (4 x 8) = 0: at least 1
+    acc = memory.estimate_args({**cfg, "global_batch": 80})[9]               # as RunConfig derives it: 80 // 32
+    assert acc == 2 and type(acc) is int
+    for unset in ({}, {"nodes": None}):                                       # no nodes given: one replica group
+        assert memory.estimate_args({"sharding": "hybrid_shard", "world_size": 4, **unset})[8] == 1
+    assert memory.estimate_args({"world_size": 2, "global_batch": 8})[9] == 4   # micro-batch 1 unless told: 8 // 2
+    assert memory.estimate_args({**cfg, "global_batch": 0})[9] == 5           # no global batch: grad_acc
+    assert memory.estimate_args({**cfg, "global_batch": 0, "grad_acc": None})[9] == 1
+    assert memory.estimate_args({**cfg, "sharding": "full_shard"})[8] == 1   # replicas only under hybrid sharding
+    cpu = memory.estimate_args({**cfg, "device": "cpu", "loss": "answer_only", "offload": 1,
+                                "activation_checkpointing": 1}, [2, 40], answer_tokens=30)
+    assert cpu[4:8] + cpu[10:] == (2, 40, True, True, "cpu", "answer_only", 30)
+
+
+def test_estimate_args_of_a_config_that_names_nothing() -> None:
+    """An empty config (or an object without the fields) is read as the tiny model on one process, fp32,
+    1 x 256 tokens, the full loss, on a GPU; an object's fields are read as attributes."""
+    from types import SimpleNamespace
+
+    tiny = ("tiny", "none", 1, "fp32", 1, 256, False, False, 1, 1, "cuda", "full", None)
+    assert memory.estimate_args({}) == memory.estimate_args(SimpleNamespace()) == tiny
+    run = SimpleNamespace(model="bloom-560m", world_size=4, sharding="ddp", batch_size=2, global_batch=16)
+    assert memory.estimate_args(run)[:3] + memory.estimate_args(run)[9:10] == ("bloom-560m", "ddp", 4, 2)
+
+
+def test_a_small_loss_moves_the_activation_peak_into_backward() -> None:
+    """The tiny model, one process, 2 x 32 (x = 64), chunked: 8 rows of logits. fp32: forward keeps the blocks
+    2·(64·x·h + 4·b·a·s²) = 851,968 and outside 12·x·h + 64·x + 8·rows·V = 143,360 (995,328); backward's floor
+    takes off the logits' 8·rows·V = 65,536 and adds 4·b·a·s² + 20·x·h = 155,648: 1,085,440, the category's peak.
+    The step's peak: 12P = 3,868,416 + the floor + 40·x·h of temporaries = 5,199,616 (above forward's end with the
+    loss's gradient 4·rows·V, 1,028,096). DDP's logits-sized output is gone with the full loss: the same figures."""
+    for bd in (estimate("tiny", "none", 1, "fp32", 2, 32, loss="chunked"),
+               estimate("tiny", "ddp", 2, "fp32", 2, 32, loss="chunked")):
+        assert (bd.activations, bd.logits, bd.peak) == (1_085_440, 4 * 8 * 1024, 5_199_616)
+    # answer_only at 10 positions: the same floor and peak (what is kept does not depend on the rows), logits 4·10·V
+    answers = estimate("tiny", "ddp", 2, "fp32", 2, 32, loss="answer_only", answer_tokens=10)
+    assert (answers.activations, answers.logits, answers.peak) == (1_085_440, 40_960, 5_199_616)
+    # the answer positions are some of the micro-batch's 64, never more, never fewer than none
+    assert [estimate("tiny", "none", 1, "fp32", 2, 32, loss="answer_only", answer_tokens=n).logits
+            for n in (1000, 64, 0, -5)] == [4 * 64 * 1024, 4 * 64 * 1024, 0, 0]
+    # bf16: blocks 2·(36·x·h + 6·b·a·s²) = 540,672, outside 14·x·h + 64·x + 10·rows·V = 172,032, autocast's
+    # copies 2·(V·h + 2·12h²) = 638,976 (1,351,680); floor - 10·rows·V + 155,648 = 1,425,408; peak 12P + floor
+    # + 40·x·h = 5,539,584
+    bf16 = estimate("tiny", "none", 1, "bf16", 2, 32, loss="chunked")
+    assert (bf16.activations, bf16.logits, bf16.peak) == (1_425_408, 2 * 8 * 1024, 5_539_584)
+
+
+def test_the_model_names_the_field_it_cannot_describe() -> None:
+    """Each refusal says what is wrong and what to use instead."""
+    refusals = {("tiny", "zero3"): "unknown sharding 'zero3'; use one of none, ddp, full_shard, shard_grad_op, "
+                                   "hybrid_shard, hybrid_shard_grad_op",
+                ("tiny", "none", 2): "sharding 'none' is one process: use world_size=1, or ddp/an FSDP strategy",
+                ("tiny", "none", 1, "fp8"): "unknown precision 'fp8'; use fp32, bf16 or fp16",
+                ("tiny", "none", 1, "fp32", 0): "world_size, batch_size, max_length, replicas and grad_acc must be >= 1"}
+    for args, message in refusals.items():
+        with pytest.raises(ValueError) as e:
+            estimate(*args)
+        assert str(e.value) == message
+    for kw in (dict(world_size=0), dict(max_length=0), dict(replicas=0), dict(grad_acc=0)):
+        with pytest.raises(ValueError, match="must be >= 1"):
+            estimate("tiny", "ddp", **{"world_size": 2, **kw})
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "none", 1, loss="sparse")
+    assert str(e.value) == "unknown loss 'sparse'; use one of full, answer_only, chunked"
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "none", 1, loss="answer_only")
+    assert str(e.value) == ("loss 'answer_only' needs answer_tokens: the micro-batch's positions with an answer token "
+                            "next (e.g. batch_size x the answer's tokens, EOS included)")
+
+
+def test_the_peak_at_the_end_of_backward_by_hand() -> None:
+    """When the step's activations are small, FSDP's peak comes at backward's end: the stored shard, AdamW, every
+    reduced gradient shard, the embedding gathered again with its backward's fp32 temporary and unsharded
+    gradient. The tiny model, full_shard on 2, fp32, 2 x 32, chunked: shard 644,736 + AdamW 1,289,472 + grads
+    644,736 + the embedding 4·V·h = 393,216 + (4 + 4)·V·h = 786,432 + fp32's tied gradient accumulated 4·V·h."""
+    end = 644_736 + 1_289_472 + 644_736 + 393_216 + 786_432 + 393_216
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 32, loss="chunked").peak == end == 4_151_808
+    # with accumulation every unit's fp32 unsharded gradient (4P = 1,289,472) is held until then too
+    assert estimate("tiny", "full_shard", 2, "fp32", 2, 32, loss="chunked", grad_acc=2).peak == end + 1_289_472
+    # BLOOM-7b1, HSDP 2 x 8, bf16, 1 x 512 (P 7,069,016,064; V·h 1,027,604,480; a block 201,379,840): 4P/8 + 8P/8
+    # + 4P/8, the bf16 embedding 2·V·h, its fp32 temporary and bf16 gradient 6·V·h, and 29 blocks' bf16 gradient
+    # shards kept for the replicas' all-reduce 2·29·block/8
+    P, VH, BLOCK7 = 7_069_016_064, 1_027_604_480, 201_379_840
+    hsdp = estimate("bloom-7b1", "hybrid_shard", 16, "bf16", 1, 512, replicas=2, device="cpu")
+    assert hsdp.peak == 16 * P // 8 + 8 * VH + 2 * 29 * BLOCK7 // 8 == 23_818_871_808
+
+
+def test_hsdp_in_fp32_keeps_no_gradient_shards_beyond_the_stored_ones() -> None:
+    """In fp32 the reduced shard is the stored gradient itself: HSDP 2 x 2 holds what full_shard on 2 holds."""
+    hybrid = estimate("tiny", "hybrid_shard", 4, "fp32", 2, 32, replicas=2)
+    full = estimate("tiny", "full_shard", 2, "fp32", 2, 32)
+    assert (hybrid.other, hybrid.peak) == (full.other, full.peak) and hybrid.other == 2_241_408
+
+
+def test_backwards_temporaries_grow_with_each_sequences_attention_scores() -> None:
+    """BLOOM-7b1 at 16 ranks, 2 x 512, bf16: 24·x·h = 100,663,296 and 6.5 B per score, 6.5·b·a·s² = 109,051,904,
+    + the embedding's fp32 temporary 4·V·h and the unsharded bf16 gradients of it and a block 2·(V·h + block)."""
+    big = estimate("bloom-7b1", "full_shard", 16, "bf16", 2, 512, device="cpu")
+    assert big.other == 100_663_296 + 109_051_904 + 4 * 1_027_604_480 + 2 * (1_027_604_480 + 201_379_840)
+
+
+def test_with_a_small_vocabulary_the_largest_parameter_is_the_mlps() -> None:
+    """One process with accumulation counts the largest parameter's incoming gradient once more: the tied
+    embedding (V·h) for BLOOM, but with V = 128 and h = 96 the MLP's 4h x h weight (36,864 > 12,288)."""
+    narrow = memory.Arch("narrow", 128, 96, 2, 4)
+    assert narrow.params == 236_352
+    assert estimate(narrow, "none", 1, "fp32", 1, 8, grad_acc=2).grads == 4 * 236_352 + 4 * 4 * 96 * 96
+
+
+def test_every_figure_is_whole_bytes_when_the_ranks_do_not_divide_the_model() -> None:
+    """full_shard on 5: the fp32 shard 4P // 5 = 257,894 bytes + the embedding and two blocks in flight 1,287,936."""
+    bd = estimate("tiny", "full_shard", 5, "fp32", 2, 32)
+    assert bd.params == 257_894 + 4 * (98_304 + 2 * 111_840)
+    hsdp = estimate("bloom-560m", "hybrid_shard", 10, "bf16", 1, 128, replicas=2)   # 2·23 block shards over 5 ranks
+    off = estimate("tiny", "full_shard", 5, "fp32", 2, 32, offload=True)
+    for b in (bd, hsdp, off):
+        assert all(type(getattr(b, f)) is int for f in ("params", "grads", "optimizer", "activations", "other", "peak",
+                                                        "host_params", "host_grads", "host_optimizer"))
+    assert bd.as_mb()["total"] == bd.peak / MB
+
+
+def test_the_largest_micro_batch_is_the_last_that_fits_exactly() -> None:
+    """Bisection over 1..MAX_MICRO_BATCH for a peak that grows with the batch: a budget a batch fills exactly is
+    that batch's; under one sequence's peak, nothing fits (0)."""
+    from types import SimpleNamespace
+
+    def predict(b: int) -> SimpleNamespace:
+        return SimpleNamespace(gpu_peak=1000 * b + 500)                 # 500 bytes of model, 1,000 per sequence
+
+    budgets = {999: 0, 1500: 1, 2499: 1, 7500: 7, 7499: 6, 100_000: 99, 4096 * 1000 + 500: 4096, 10**9: 4096}
+    for usable, batch in budgets.items():
+        found = memory.largest_micro_batch(predict, usable)
+        assert (found, type(found)) == (batch, int), usable
+    assert memory.MAX_MICRO_BATCH == 4096
+    # the memory model itself: the tiny model, full_shard on 2, fp32, 32 tokens, in a budget of 10 MiB
+    tiny = lambda b: estimate("tiny", "full_shard", 2, "fp32", b, 32)   # noqa: E731
+    b = memory.largest_micro_batch(tiny, 10 * MB)
+    assert tiny(b).gpu_peak <= 10 * MB < tiny(b + 1).gpu_peak and b > 1
+
+
+def test_answer_only_over_every_position_is_the_full_loss() -> None:
+    """When every position is an answer position, the small loss projects what the full loss does: the same
+    logits, activations and peak (the tiny model, one process, fp32, 2 x 32: 64 positions)."""
+    full = estimate("tiny", "none", 1, "fp32", 2, 32)
+    every = estimate("tiny", "none", 1, "fp32", 2, 32, loss="answer_only", answer_tokens=64)
+    assert (every.logits, every.activations, every.peak) == (full.logits, full.activations, full.peak)
+
+
+def test_chunks_cover_every_position() -> None:
+    """chunked projects ceil(x / 8) positions at once: 2 x 33 = 66 positions, 9 rows (4·9·1024 B in fp32)."""
+    assert estimate("tiny", "none", 1, "fp32", 2, 33, loss="chunked").logits == 4 * 9 * 1024
+    assert memory.logits_rows("chunked", 2, 33) == 9 and memory.logits_rows("chunked", 2, 32) == 8
+
+
+def test_the_defaults_are_bloom_560m_on_one_gpu_at_8_x_512_in_bf16() -> None:
+    """What `estimate()` and activation_bytes assume unless told, and the smallest sequence the model accepts."""
+    assert estimate() == estimate("bloom-560m", "full_shard", 1, "bf16", 8, 512, device="cuda")
+    tiny = memory.get_arch("tiny")
+    assert activation_bytes(tiny, 2, 32) == activation_bytes(tiny, 2, 32, "bf16", False, "none")
+    assert estimate("tiny", "none", 1, "fp32", 1, 1).peak > 0                  # one token: a sequence still
+    with pytest.raises(ValueError) as e:
+        estimate("tiny", "none", 1, offload=True)
+    assert str(e.value) == "offload needs an FSDP strategy"                   # one process cannot offload either
+    with pytest.raises(ValueError) as e:
+        memory.get_arch("gpt-5")
+    assert str(e.value).startswith("unknown model profile 'gpt-5'; use one of bloom-560m, bloom-1b1, bloom-1b7, ")

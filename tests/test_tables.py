@@ -115,6 +115,7 @@ def test_notebook_04s_table_shows_the_raw_figures_and_the_batch_each_run_trained
     df = tables.build("scaling", runs)
     assert "speedup" not in df.columns and "efficiency" not in df.columns
     assert list(df["grad_acc"]) == [4, 1] and list(df["global_batch_measured"]) == [8, 8] and list(df["steps"]) == [6, 6]
+    assert list(df["batch_size"]) == [2, 2]                             # the summary's micro-batch
     assert not any("speed-up" in n for n in df.attrs["notes"])
 
 
@@ -249,8 +250,9 @@ def test_beside_a_gpu_allocator_peak_the_prediction_holds_what_the_allocator_hol
     buckets = estimate_config(ddp.config, [4, 300]).ddp_buckets / MB
     assert buckets == pytest.approx(4 * 559_214_592 / MB, rel=1e-6)          # ~2,133 MB, "about 2.2 GB"
     assert df.loc["ddp", "predicted_mem_mb"] - estimate_config(ddp.config, [4, 300]).total_mb == pytest.approx(buckets)
-    notes = " ".join(df.attrs["notes"])
-    assert "since train start" in notes and "not at process start" in notes and "gpu_peak" in notes
+    assert ("ddp: peak_mem_mb is the CUDA allocator's peak since train start (reset after the generation run, not at "
+            "process start; the CUDA context is not in it); predicted_mem_mb beside it is the memory model's gpu_peak, "
+            "which adds DDP's gradient buckets to the tracker's peak") in df.attrs["notes"]
     # beside the tracker's measurement (a CPU run), the tracker's own peak stays the prediction
     cpu = tables.strategies_table([gpu_run("ddp", "ddp", 4, mem_kind="tensor")])
     assert cpu.loc["ddp", "predicted_mem_mb"] == pytest.approx(estimate_config(ddp.config, [4, 300]).total_mb)

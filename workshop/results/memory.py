@@ -226,11 +226,6 @@ def recomputed_block(arch: Arch, x: int, batch_size: int, seq_len: int, precisio
     return k["block"] * x * arch.hidden + k["scores"] * batch_size * arch.heads * seq_len * seq_len
 
 
-def logits_bytes(arch: Arch, batch_size: int, seq_len: int, precision: str = "fp32") -> int:
-    """The loss's gradient w.r.t. the logits (compute dtype): alive with every activation at backward's start."""
-    return COMPUTE_BYTES[precision] * batch_size * seq_len * arch.vocab
-
-
 LOSSES = ("full", "answer_only", "chunked")
 CHUNKS = 8  # workshop.training.loss.CHUNKS (a test keeps them equal)
 BWD_SCORES, BWD_H, BWD_TEMP_H = 4, 20, 40  # backward's floor with a small loss (module docstring)
@@ -615,8 +610,9 @@ def main(argv: list[str] | None = None) -> int:
         print(format_breakdown(bd))
     if args.fit_gpu_gb:
         for sharding in ("none" if args.world_size == 1 else "ddp", args.sharding):
+            offload = args.offload and sharding in FSDP_SHARDINGS   # the unsharded baseline cannot offload
             fit = largest_model_that_fits(args.fit_gpu_gb, sharding, args.world_size, args.precision,
-                                          args.batch_size, args.max_length, args.offload,
+                                          args.batch_size, args.max_length, offload,
                                           args.activation_checkpointing, args.replicas)
             print(f"largest BLOOM-shaped model in {args.fit_gpu_gb:g} GiB with {sharding} on {args.world_size} "
                   f"GPU(s): {fit.params / 1e9:.2f} B params (hidden {fit.hidden}, {fit.layers} layers)")
