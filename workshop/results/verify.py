@@ -131,15 +131,22 @@ def sacct(job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
     ids = sorted({j for j in job_ids if j.isdigit()})
     if not ids:
         return {}
-    fields = ["JobIDRaw", "User", "State", "NodeList", "Start", "End"]
     try:
-        text = run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids), "--format=" + ",".join(fields)],
-                   timeout=60)
+        text = run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids),
+                    "--format=" + ",".join(SACCT_FIELDS)], timeout=60)
     except SlurmError as e:
         raise RuntimeError(f"{e}. verify needs Slurm accounting (slurmdbd): run it on the cluster's login node") from None
+    return read_sacct(text)
+
+
+SACCT_FIELDS = ("JobIDRaw", "User", "State", "NodeList", "Start", "End")
+
+
+def read_sacct(text: str) -> dict[str, dict[str, str]]:
+    """`sacct -P -n --format=<SACCT_FIELDS>` output (one `|`-separated line a job, no header) by job id."""
     out = {}
     for line in text.splitlines():
-        rec = dict(zip(fields, line.split("|")))
+        rec = dict(zip(SACCT_FIELDS, line.split("|")))
         out[rec["JobIDRaw"]] = rec
     return out
 
@@ -401,13 +408,14 @@ def table(verdicts: list[Verdict]) -> str:
 
 
 def read_user_map(path: str | None) -> dict[str, str]:
-    """`student,unix_user` lines (a header line, blank lines and # comments are skipped)."""
+    """`student,unix_user` lines (a header line, blank lines, # comments and a line without both names are
+    skipped: a student mapped to no user would flag every Slurm job of theirs as another user's)."""
     if not path:
         return {}
     out = {}
     for line in Path(path).read_text().splitlines():
         parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0] and not parts[0].startswith("#") and parts[0] != "student":
+        if len(parts) == 2 and parts[0] and parts[1] and not parts[0].startswith("#") and parts[0] != "student":
             out[parts[0]] = parts[1]
     return out
 
