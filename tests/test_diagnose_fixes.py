@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import pytest
 
 from tests.logs_fixtures import LOGS
-from workshop.results.diagnose import diagnose
+from workshop.results.diagnose import diagnose, main
 from workshop.results.logs import parse_text
 
 FIXES = {
@@ -118,3 +122,61 @@ def test_more_titles_and_facts() -> None:
     rdzv = "[c10d] The client socket has failed to connect to [n1]:29500 (errno: 111 - Connection refused)."
     (three,) = diagnose(parse_text("\n".join([rdzv.replace("n1", f"n{i}") for i in (1, 2, 3)]) + "\n"))
     assert len(three.evidence) == 3 and "[n3]" in three.evidence[-1]      # the first two and the last
+
+
+def with_world_size(name: str, world_size: int) -> str:
+    """A fixture log with the run's config record (WORKSHOP_RUN_ARGS) naming its world size."""
+    return (LOGS / name).read_text() + f'WORKSHOP_RUN_ARGS {{"config": {{"world_size": {world_size}}}}}\n'
+
+
+def test_the_ranks_that_never_reported_the_timeout_are_the_stalled_ones() -> None:
+    """With the world size known, every rank that did not report the timeout is named as stalled, one or many."""
+    (two,) = diagnose(parse_text(with_world_size("nccl_watchdog.log", 2)))
+    assert two.title.endswith(": rank 1 waited for a rank that never joined; rank 0 never reported it: it stalled "
+                              "(hung, stopped, or stuck in I/O)")
+    (four,) = diagnose(parse_text(with_world_size("nccl_watchdog.log", 4)))
+    assert four.title.endswith("; ranks 0, 2, 3 never reported it: they stalled (hung, stopped, or stuck in I/O)")
+    assert four.facts == {"timeout_s": 600.0, "op": "_ALLGATHER_BASE", "waiting_ranks": [1], "silent_ranks": [0, 2, 3],
+                          "last_step": 12}
+
+
+def test_the_waiting_rank_is_read_from_nccls_own_rank_tag() -> None:
+    """NCCL's `[Rank N]` names the waiting rank even where the line has no srun label or torch rank prefix."""
+    line = next(ln for ln in (LOGS / "nccl_watchdog.log").read_text().splitlines() if "Watchdog caught" in ln)
+    bare = line.split("]:", 1)[1].replace("[Rank 1]", "[Rank 3]")       # `[E1122 ...] [Rank 3] Watchdog caught ...`
+    (f,) = diagnose(parse_text(bare + "\n"))
+    assert f.facts["waiting_ranks"] == [3] and f.title.endswith(": rank 3 waited for a rank that never joined")
+
+
+def test_a_log_in_its_run_folder_gets_the_runs_batch_size(tmp_path: Path) -> None:
+    """A job log saved beside its run_args.json: the OOM advice halves that run's batch size; an unreadable
+    run_args.json is ignored."""
+    shutil.copy(LOGS / "cuda_oom.log", tmp_path / "job.out")
+    (tmp_path / "run_args.json").write_text(json.dumps({"config": {"batch_size": 8}}))
+    (f,) = diagnose(tmp_path / "job.out")
+    assert f.fix.startswith("lower batch_size to 4 and double grad_acc")
+    (tmp_path / "run_args.json").write_text("{not json")
+    (g,) = diagnose(tmp_path / "job.out")
+    assert g.fix.startswith("lower batch_size to half and double grad_acc")
+
+
+def test_more_exact_titles_and_evidence() -> None:
+    """The wording a student reads for a cancelled job, a rendezvous without an address, a missing node, and at
+    most two quoted task exits."""
+    (cancelled,) = diagnose(LOGS / "slurm_cancelled.log")
+    assert cancelled.title == "The job was cancelled (scancel by you or an admin)"
+    (rdzv,) = diagnose(parse_text("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError\n"))
+    assert rdzv.title == "Rendezvous failed: the processes could not meet at MASTER_ADDR"
+    (node,) = diagnose(parse_text("# FAILED: expected 2 node(s), but the ranks ran on 1 host(s) (n1)\n"))
+    assert (node.title, node.fix) == ("Not every node joined the bandwidth test", "launch one torchrun per node "
+                                      "(srun --ntasks-per-node=1) with --nnodes equal to #SBATCH --nodes")
+    exits = "".join(f"srun: error: n{i}: task {i}: Exited with exit code 1\n" for i in (1, 2, 3))
+    (task,) = diagnose(parse_text(exits))
+    assert task.evidence == exits.splitlines()[:2]
+
+
+def test_a_missing_log_is_named_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    """`workshop diagnose` on a path that does not exist: exit 2 and what to give instead."""
+    assert main(["/nonexistent/job.out"]) == 2
+    assert capsys.readouterr() == ("", "workshop diagnose: /nonexistent/job.out does not exist; give the job's .out "
+                                       "file or its run folder\n")
