@@ -180,3 +180,27 @@ def test_a_missing_log_is_named_on_stderr(capsys: pytest.CaptureFixture[str]) ->
     assert main(["/nonexistent/job.out"]) == 2
     assert capsys.readouterr() == ("", "workshop diagnose: /nonexistent/job.out does not exist; give the job's .out "
                                        "file or its run folder\n")
+
+
+GLOO_TIMEOUT = LOGS / "real_gloo_timeout_stopped_rank_2proc.log"
+
+
+def test_a_gloo_timeout_names_the_collective_the_waiting_rank_was_in() -> None:
+    """A real CPU run whose rank 1 was stopped: the timeout, the collective from rank 0's own c10d frame, the step,
+    the waiting and the stalled rank."""
+    (f,) = diagnose(GLOO_TIMEOUT)
+    assert f.kind == "collective_timeout"
+    assert f.title == ("A collective timed out after 10 s in all_gather_single at step 3: rank 0 waited for a rank "
+                       "that never joined; rank 1 never reported it: it stalled (hung, stopped, or stuck in I/O)")
+    assert f.facts == {"timeout_s": 10.0, "op": "all_gather_single", "waiting_ranks": [0], "silent_ranks": [1],
+                       "last_step": 2}
+
+
+def test_another_ranks_interleaved_frame_is_not_the_waiting_ranks_collective() -> None:
+    """Ranks print their tracebacks into one log: a frame of rank 1's just before rank 0's timeout names rank 1's
+    call, not the collective rank 0 timed out in."""
+    lines = GLOO_TIMEOUT.read_text().splitlines(keepends=True)
+    at = next(i for i, ln in enumerate(lines) if "Timed out waiting" in ln)
+    other = '[rank1]:   File "/x/torch/distributed/distributed_c10d.py", line 2806, in broadcast\n'
+    (f,) = diagnose(parse_text("".join(lines[:at] + [other] + lines[at:])))
+    assert f.facts["op"] == "all_gather_single"
