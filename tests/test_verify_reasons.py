@@ -362,7 +362,8 @@ def test_the_command_refuses_what_is_not_a_submissions_folder(tmp_path: Path, ca
 def test_the_user_map(tmp_path: Path) -> None:
     """student,unix_user lines; a header, comments, blank lines and a line missing either name are no mapping."""
     path = tmp_path / "users.csv"
-    path.write_text("student,unix_user\n# a comment\n\nalice, u1001\nbob,u1002\nbroken line\ncarol,\n,u1003\n")
+    path.write_text("student,unix_user\n# a comment\n# mallory,u9999\n\nalice, u1001\nbob,u1002\nbroken line\n"
+                    "carol,\n,u1003\n")
     assert verify.read_user_map(str(path)) == {"alice": "u1001", "bob": "u1002"}
     assert verify.read_user_map(None) == {}
 
@@ -439,10 +440,10 @@ def test_sacct_lines_are_read_by_job_id() -> None:
 @pytest.mark.parametrize(("nodelist", "names"), [
     ("gpu07", {"gpu07"}),
     ("gpu[06-07,10],login1", {"gpu06", "gpu07", "gpu10", "login1"}),     # ranges keep their zero padding
-    ("n[9-11]", {"n9", "n10", "n11"}),
+    ("n[9-11]", {"n9", "n10", "n11"}), ("n[3-3]", {"n3"}),
     ("r[1-2]n[01-02]", {"r1n01", "r1n02", "r2n01", "r2n02"}),            # several bracket groups in one name
     ("a[1-2],b[3],c", {"a1", "a2", "b3", "c"}),
-    ("n[3-1]", {"n[3-1]"}), ("n[a-b]", {"n[a-b]"}), ("n[1-b]", {"n[1-b]"}),   # not understood: one name
+    ("n[3-1]", {"n[3-1]"}), ("n[a-b]", {"n[a-b]"}), ("n[1-b]", {"n[1-b]"}), ("n[x]", {"n[x]"}),   # not understood
 ])
 def test_a_node_list_expands_to_the_names_slurm_gives(nodelist: str, names: set[str]) -> None:
     """Slurm's compressed forms, expanded by hand as `scontrol show hostnames` prints them."""
@@ -530,3 +531,19 @@ def test_the_instructors_job_handed_in_by_every_student(tmp_path: Path, monkeypa
     assert found["dave"].reasons == [
         f"the results (digest) of the instructor's job {root / job.folder.name}, in a folder of another name",
         f"the same log (job {found['dave'].identity}) is also in {others}"]
+
+
+def test_an_instructors_slurm_job_must_have_run_as_the_instructor(tmp_path: Path) -> None:
+    """A Slurm job handed in as the instructor's: accounting must name the owner of the instructor's job.json."""
+    import pwd
+
+    job = make_job(tmp_path / "instructor", job_id="4242", host="gpu07")     # written, so owned, by this test's user
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    times = dict(Start=local_clock("2026-11-26T10:00:01+00:00"), End=local_clock("2026-11-26T10:00:22+00:00"))
+    v = slurm_verdict(job, tmp_path / "instructor")
+    v.instructor = job.folder
+    verify.check_job(v, record(User=me, **times), "alice", KEY)
+    assert v.reasons == []
+    verify.check_job(v, record(User="mallory", **times), "alice", KEY)
+    assert v.reasons == [f"job 4242 ran as 'mallory', not as {me!r}, who ran the instructor's jobs in "
+                         f"{job.folder.parent}"]
