@@ -204,3 +204,23 @@ def test_another_ranks_interleaved_frame_is_not_the_waiting_ranks_collective() -
     other = '[rank1]:   File "/x/torch/distributed/distributed_c10d.py", line 2806, in broadcast\n'
     (f,) = diagnose(parse_text("".join(lines[:at] + [other] + lines[at:])))
     assert f.facts["op"] == "all_gather_single"
+
+
+OOM_LINE = "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+STEP_LINE = "[workshop] step {n}/10 | loss 6.5 | 8 samples/s | 1802 tok/s | mem n/a | mfu n/a"
+
+
+@pytest.mark.parametrize(("text", "last"), [
+    (STEP_LINE.format(n=1) + "\n" + STEP_LINE.format(n=2) + "\n" + OOM_LINE, 2),      # the course's step lines
+    ('WORKSHOP_METRICS {"kind": "train", "step": 4, "loss": 6.5}\n' + OOM_LINE, 4),     # its metrics records
+    ("{'loss': 6.9, 'epoch': 0.17}\n{'loss': 6.8, 'epoch': 0.33}\n" + OOM_LINE, 2),     # Trainer's dicts, counted
+    (STEP_LINE.format(n=1) + "\n" + STEP_LINE.format(n=2) + OOM_LINE, 2),             # another rank spliced in
+    ('WORKSHOP_METRICS {"kind": "train", "step": 3, "loss": 6.5}' + OOM_LINE, 3),
+    (OOM_LINE + 'WORKSHOP_METRICS {"kind": "train", "step": 5, "loss": 6.5}\n' + STEP_LINE.format(n=6) + "\n", None),
+])
+def test_the_step_an_oom_happened_in_is_the_last_one_reported_before_it(text: str, last: int | None) -> None:
+    """The last step the log reported on or before the OOM's line (a step line, a metrics record, or the count of
+    Trainer's dicts); what ranks reported after it does not count."""
+    (f,) = diagnose(parse_text(text))
+    assert f.facts["last_step"] == last
+    assert ("before the first optimizer step" in f.title) == (last is None)
