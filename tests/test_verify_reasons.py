@@ -547,3 +547,16 @@ def test_an_instructors_slurm_job_must_have_run_as_the_instructor(tmp_path: Path
     verify.check_job(v, record(User="mallory", **times), "alice", KEY)
     assert v.reasons == [f"job 4242 ran as 'mallory', not as {me!r}, who ran the instructor's jobs in "
                          f"{job.folder.parent}"]
+
+
+def test_exactly_five_seconds_after_the_job_ended_is_skew_not_another_job(tmp_path: Path) -> None:
+    """The local skew allowance holds at its boundary after the job's recorded end too."""
+    job = make_job(tmp_path)
+    job.replace_line("[job] start ", f"[job] start 2026-11-26T10:00:26+00:00 on node7 in {job.folder}")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_a_local_jobs_own_host_is_allowed_without_a_node_list(tmp_path: Path) -> None:
+    """job.json's host is where a one-node local job ran, whatever its node list says (or without one)."""
+    make_job(tmp_path, nodes="")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
