@@ -560,3 +560,21 @@ def test_a_local_jobs_own_host_is_allowed_without_a_node_list(tmp_path: Path) ->
     """job.json's host is where a one-node local job ran, whatever its node list says (or without one)."""
     make_job(tmp_path, nodes="")
     assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_slurm_jobs_are_judged_by_their_accounting_lines(tmp_path: Path) -> None:
+    """verify's judgement of Slurm jobs from sacct's lines: a job run as the student's mapped user passes, one run as
+    the folder's own name passes without a mapping, one sacct never saw is flagged; a root seal folder is checked."""
+    start, end = local_clock("2026-11-26T10:00:01+00:00"), local_clock("2026-11-26T10:00:22+00:00")
+    for student, job_id in (("alice", "4242"), ("carol", "4244"), ("bob", "4243")):
+        make_job(tmp_path, student=student, job_id=job_id, host="gpu07")
+    accounting = verify.read_sacct(f"4242|u1001|COMPLETED|gpu[06-07]|{start}|{end}\n"
+                                   f"4244|carol|COMPLETED|gpu07|{start}|{end}\n")
+    found = {v.student: v.reasons for v in verify.judge(verify.job_folders(tmp_path), accounting, [],
+                                                        {"alice": "u1001"}, KEY)}
+    assert found == {"alice": [], "carol": [], "bob": ["job 4243 never ran on this cluster: sacct has no record of it"]}
+    (tmp_path / "seals").mkdir()
+    sealed = {v.student: v.reasons for v in verify.judge(verify.job_folders(tmp_path), accounting, [],
+                                                         {"alice": "u1001"}, KEY, tmp_path / "seals")}
+    assert sealed["carol"] == [f"no root seal of job 4244 in {tmp_path / 'seals'}: the site's Epilog did not record "
+                               "it (not a job of this cluster, or one that ended before the Epilog was installed)"]

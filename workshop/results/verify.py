@@ -351,16 +351,26 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
     `profile` names the site profile whose instructor_jobs folder holds the instructor-run jobs (default:
     $WORKSHOP_PROFILE's, and the profiles of this checkout the jobs name). `seal_dir`: the root seal's
     folder (workshop.results.root_seal); None checks no root seal."""
-    from workshop.slurm.shared import instructor_original, instructor_roots
+    from workshop.slurm.shared import instructor_roots
 
-    users = users or {}
     verdicts = job_folders(submissions)
     roots = instructor_roots(profile, {str(v.record.get("profile") or "") for v in verdicts})
+    records = sacct(v.job for v in verdicts if v.backend == "slurm")
+    return judge(verdicts, records, roots, users, key, seal_dir)
+
+
+def judge(verdicts: list[Verdict], records: dict[str, dict[str, str]], roots: list[Path],
+          users: dict[str, str] | None = None, key: str | None = None, seal_dir: Path | None = None) -> list[Verdict]:
+    """`verify`'s judgement of the job folders, given Slurm's accounting records of them (`read_sacct`) and the
+    instructor_jobs folders (`roots`): each job on its own, then the class as a whole (one log or one digest in
+    two submissions)."""
+    from workshop.slurm.shared import instructor_original
+
+    users = users or {}
     for v in verdicts:
         v.instructor = instructor_original(v.folder, roots)
         if v.instructor is not None:
             v.notes.append(f"the instructor's job for the class ({v.instructor})")
-    records = sacct(v.job for v in verdicts if v.backend == "slurm")
     for v in verdicts:
         check_job(v, records.get(v.job), users.get(v.student, v.student), key, seal_dir)
     by_job: dict[str, list[Verdict]] = {}
