@@ -224,3 +224,33 @@ def test_the_step_an_oom_happened_in_is_the_last_one_reported_before_it(text: st
     (f,) = diagnose(parse_text(text))
     assert f.facts["last_step"] == last
     assert ("before the first optimizer step" in f.title) == (last is None)
+
+
+def test_a_timeout_line_without_its_details_still_names_the_waiting_rank() -> None:
+    """A gloo timeout with no c10d frame before it (a log cut short) and NCCL's heartbeat monitor, whose watchdog line
+    names no work: the finding names what it knows, no collective and no time it does not."""
+    error = next(ln for ln in GLOO_TIMEOUT.read_text().splitlines() if "Timed out waiting" in ln)
+    (gloo,) = diagnose(parse_text(error + "\n"))
+    assert gloo.title == "A collective timed out after 10 s: rank 0 waited for a rank that never joined"
+    # torch 2.6-2.8's heartbeat monitor line (its middle sentences left out), as users' logs quote it
+    heartbeat = ("[rank0]:[E1122 10:40:01.000000000 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+                 "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+                 "collectives. If you suspect the watchdog is not actually stuck and a longer timeout would help, you "
+                 "can either increase the timeout (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC) to a larger value or disable the "
+                 "heartbeat monitor (TORCH_NCCL_ENABLE_MONITORING=0).\n")
+    (nccl,) = diagnose(parse_text(heartbeat))
+    assert nccl.title == "A collective timed out: rank 0 waited for a rank that never joined"
+    assert (nccl.facts["timeout_s"], nccl.facts["op"]) == (None, None)
+
+
+def test_the_command_prints_each_finding_or_that_all_is_well(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`workshop diagnose LOG`: a count and each finding rendered (exit 1), or one line saying the log shows success
+    (exit 0); an unknown option's usage error names the command."""
+    assert main([str(LOGS / "slurm_cancelled.log")]) == 1
+    (f,) = diagnose(LOGS / "slurm_cancelled.log")
+    assert capsys.readouterr().out == f"{LOGS / 'slurm_cancelled.log'}: 1 finding(s)\n{f.render()}\n"
+    assert main([str(LOGS / "real_tiny_full_shard_2proc.log")]) == 0
+    assert capsys.readouterr().out == f"{LOGS / 'real_tiny_full_shard_2proc.log'}: the log shows success; nothing to fix.\n"
+    with pytest.raises(SystemExit):
+        main(["--no-such-option"])
+    assert capsys.readouterr().err.startswith("usage: workshop diagnose [-h] log\n")

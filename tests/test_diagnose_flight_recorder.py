@@ -101,6 +101,14 @@ def test_the_dumps_are_found_beside_the_log_or_in_its_run_folder(tmp_path: Path)
     assert flight_recorder_dir(parse_text("x\n")) is None
 
 
+def test_a_log_given_as_text_has_no_dumps_even_beside_the_working_directory(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """Text has no folder: dumps in the folder the command runs in belong to some other job."""
+    (tmp_path / "flight_recorder").mkdir()
+    (tmp_path / "flight_recorder" / "rank_0").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    assert flight_recorder_dir(parse_text("x\n")) is None
+
+
 def test_the_timeout_finding_carries_the_analysers_first_mismatch(tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
     """With dumps beside an NCCL timeout's log, the finding's title names the mismatched collective and the
     missing rank, and quotes the report; the analyser's run is replaced by its recorded report."""
