@@ -232,7 +232,7 @@ def test_a_timeout_line_without_its_details_still_names_the_waiting_rank() -> No
     error = next(ln for ln in GLOO_TIMEOUT.read_text().splitlines() if "Timed out waiting" in ln)
     (gloo,) = diagnose(parse_text(error + "\n"))
     assert gloo.title == "A collective timed out after 10 s: rank 0 waited for a rank that never joined"
-    # torch 2.6-2.8's heartbeat monitor line (its middle sentences left out), as users' logs quote it
+    # ProcessGroupNCCL's heartbeat monitor line (torch 2.x; its middle sentences left out), as users' logs quote it
     heartbeat = ("[rank0]:[E1122 10:40:01.000000000 ProcessGroupNCCL.cpp:1743] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
                  "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
                  "collectives. If you suspect the watchdog is not actually stuck and a longer timeout would help, you "
