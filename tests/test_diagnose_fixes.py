@@ -134,10 +134,20 @@ def test_the_ranks_that_never_reported_the_timeout_are_the_stalled_ones() -> Non
     (two,) = diagnose(parse_text(with_world_size("nccl_watchdog.log", 2)))
     assert two.title.endswith(": rank 1 waited for a rank that never joined; rank 0 never reported it: it stalled "
                               "(hung, stopped, or stuck in I/O)")
-    (four,) = diagnose(parse_text(with_world_size("nccl_watchdog.log", 4)))
-    assert four.title.endswith("; ranks 0, 2, 3 never reported it: they stalled (hung, stopped, or stuck in I/O)")
-    assert four.facts == {"timeout_s": 600.0, "op": "_ALLGATHER_BASE", "waiting_ranks": [1], "silent_ranks": [0, 2, 3],
-                          "last_step": 12}
+    (three,) = diagnose(parse_text(with_world_size("nccl_watchdog.log", 3)))
+    assert three.title.endswith("; ranks 0, 2 never reported it: they stalled (hung, stopped, or stuck in I/O)")
+    assert three.facts == {"timeout_s": 600.0, "op": "_ALLGATHER_BASE", "waiting_ranks": [1], "silent_ranks": [0, 2],
+                           "last_step": 12}
+
+
+def test_several_waiting_ranks_are_named_and_two_of_their_lines_quoted() -> None:
+    """Ranks 0 and 2 both report NCCL's timeout (rank 1 stalled): both are named as waiting, and the evidence quotes
+    the first two watchdog lines, not every rank's."""
+    line = next(ln for ln in (LOGS / "nccl_watchdog.log").read_text().splitlines() if "Watchdog caught" in ln)
+    lines = [line.replace("1: [rank1]", f"{r}: [rank{r}]").replace("[Rank 1]", f"[Rank {r}]") for r in (0, 2, 0)]
+    (f,) = diagnose(parse_text("\n".join(lines) + "\n"))
+    assert f.title.endswith(": ranks 0, 2 waited for a rank that never joined")
+    assert f.evidence == [ln.split("]:", 1)[1] for ln in lines[:2]]          # without the srun and torch prefixes
 
 
 def test_the_waiting_rank_is_read_from_nccls_own_rank_tag() -> None:
@@ -254,3 +264,43 @@ def test_the_command_prints_each_finding_or_that_all_is_well(tmp_path: Path, cap
     with pytest.raises(SystemExit):
         main(["--no-such-option"])
     assert capsys.readouterr().err.startswith("usage: workshop diagnose [-h] log\n")
+
+
+
+def test_slurm_and_rendezvous_evidence_quotes_the_jobs_own_lines() -> None:
+    """One line for the job's time limit or cancellation (not its step's too), two of a node failure's; a rendezvous
+    failure quotes its first two lines and, when there are more, the last."""
+    (limit,) = diagnose(LOGS / "slurm_timeout.log")
+    assert len(limit.evidence) == 1 and "*** JOB 4242 ON n1" in limit.evidence[0]
+    (cancelled,) = diagnose(LOGS / "slurm_cancelled.log")
+    assert len(cancelled.evidence) == 1 and "*** JOB 4243 ON n1" in cancelled.evidence[0]
+    (node,) = diagnose(parse_text((LOGS / "slurm_node_failure.log").read_text() + "srun: error: Node failure on n3\n"))
+    assert node.evidence == ["srun: error: Node failure on n2", node.evidence[1]] and "n3" not in node.evidence[1]
+    two = ["[c10d] The client socket has failed to connect to [n1]:29500 (errno: 111 - Connection refused).",
+           "RuntimeError: Timed out after 901 seconds waiting for clients. 1/2 clients joined."]
+    (rdzv,) = diagnose(parse_text("\n".join(two) + "\n"))
+    assert rdzv.evidence == two
+    (older,) = diagnose(parse_text(two[1] + "\n"))             # torch's store timeout on its own
+    assert older.kind == "rendezvous" and older.title == "Rendezvous failed: the processes could not meet at MASTER_ADDR"
+
+
+def test_a_slow_bandwidth_test_is_named_once_per_gate_line() -> None:
+    """Each gate failure line of an older bandwidth test (at most two) is one finding: below the threshold, not
+    broken."""
+    gate = [f"FAIL: bus bandwidth {v} GB/s is below the 20 GB/s gate" for v in (11.03, 12.5, 13.0)]
+    found = diagnose(parse_text("\n".join(gate) + "\n"))
+    assert [f.evidence for f in found] == [[gate[0]], [gate[1]]]
+    assert found[0].title == "The bandwidth self-test is below its threshold: training would run, but slowly"
+
+
+def test_a_gloo_timeout_is_not_sent_to_the_flight_recorder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """gloo's dumps lack the group names torchfrtrace needs (torch 2.13): a CPU run keeps the log's diagnosis even with
+    dumps beside its log."""
+    import workshop.results.diagnose as diagnose_module
+
+    (tmp_path / "flight_recorder").mkdir()
+    (tmp_path / "flight_recorder" / "rank_0").write_bytes(b"")
+    shutil.copy(GLOO_TIMEOUT, tmp_path / "job.out")
+    monkeypatch.setattr(diagnose_module, "analyse_flight_recorder", lambda folder: pytest.fail("analyser run on gloo"))
+    (f,) = diagnose(tmp_path / "job.out")
+    assert f.kind == "collective_timeout" and "flight_recorder" not in f.facts

@@ -120,9 +120,10 @@ def test_the_timeout_finding_carries_the_analysers_first_mismatch(tmp_path: Path
                         lambda folder: seen.append(folder) or read_torchfrtrace(REPORT, 0))
     [finding] = [f for f in diagnose(job / "job.out") if f.kind == "nccl_timeout"]
     assert seen == [job / "flight_recorder"]
-    assert finding.title.endswith(f". PyTorch's flight recorder (torchfrtrace on {job / 'flight_recorder'}): the "
-                                  "first mismatched collective is #2 gloo:all_reduce in group 0:default_pg, "
-                                  "missing rank(s) 1")
+    assert finding.title == ("A collective timed out after 600 s in _ALLGATHER_BASE at step 13: rank 1 waited for a "
+                             f"rank that never joined. PyTorch's flight recorder (torchfrtrace on "
+                             f"{job / 'flight_recorder'}): the first mismatched collective is #2 gloo:all_reduce in "
+                             "group 0:default_pg, missing rank(s) 1")
     assert finding.evidence[2:] == [ln for ln in REPORT.splitlines()[1:] if ln.strip()][:4]
     assert finding.facts["flight_recorder"] == read_torchfrtrace(REPORT, 0)
 
@@ -140,3 +141,7 @@ def test_an_analyser_that_failed_is_quoted_as_evidence(tmp_path: Path, monkeypat
     monkeypatch.setattr(diagnose_module, "analyse_flight_recorder", lambda folder: read_torchfrtrace(no_culprit, 0))
     [finding] = [f for f in diagnose(job / "job.out") if f.kind == "nccl_timeout"]
     assert finding.title.endswith("in group 0:default_pg")
+    two = REPORT.replace("collective: gloo:all_reduce\n", "collective: gloo:all_reduce\nmissing ranks: {1, 3}\n")
+    monkeypatch.setattr(diagnose_module, "analyse_flight_recorder", lambda folder: read_torchfrtrace(two, 0))
+    [finding] = [f for f in diagnose(job / "job.out") if f.kind == "nccl_timeout"]
+    assert finding.title.endswith("in group 0:default_pg, missing rank(s) 1, 3")
