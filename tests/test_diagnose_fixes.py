@@ -304,3 +304,24 @@ def test_a_gloo_timeout_is_not_sent_to_the_flight_recorder(tmp_path: Path, monke
     monkeypatch.setattr(diagnose_module, "analyse_flight_recorder", lambda folder: pytest.fail("analyser run on gloo"))
     (f,) = diagnose(tmp_path / "job.out")
     assert f.kind == "collective_timeout" and "flight_recorder" not in f.facts
+
+
+def test_a_run_that_did_not_finish_quotes_the_logs_last_lines() -> None:
+    """No summary, no final record and no error: the finding says so and quotes the last three lines (or that the log
+    is empty)."""
+    lines = [STEP_LINE.format(n=n) for n in (1, 2, 3, 4)]
+    (f,) = diagnose(parse_text("\n".join(lines) + "\n"))
+    assert (f.kind, f.title) == ("unfinished", "The run did not finish: no summary and no final Trainer record")
+    assert f.evidence == lines[-3:]
+    (empty,) = diagnose(parse_text(""))
+    assert empty.evidence == ["(empty log)"]
+
+
+def test_the_logs_own_config_record_wins_over_a_file_beside_it(tmp_path: Path) -> None:
+    """A log that printed its run's config (WORKSHOP_RUN_ARGS) is advised from it, not from another run_args.json that
+    happens to lie beside it."""
+    text = (LOGS / "cuda_oom.log").read_text() + 'WORKSHOP_RUN_ARGS {"config": {"batch_size": 16}}\n'
+    (tmp_path / "job.out").write_text(text)
+    (tmp_path / "run_args.json").write_text(json.dumps({"config": {"batch_size": 8}}))
+    (f,) = diagnose(tmp_path / "job.out")
+    assert f.fix.startswith("lower batch_size to 8 and double grad_acc")
