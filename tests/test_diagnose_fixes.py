@@ -325,3 +325,28 @@ def test_the_logs_own_config_record_wins_over_a_file_beside_it(tmp_path: Path) -
     (tmp_path / "run_args.json").write_text(json.dumps({"config": {"batch_size": 8}}))
     (f,) = diagnose(tmp_path / "job.out")
     assert f.fix.startswith("lower batch_size to 8 and double grad_acc")
+
+
+def test_a_legacy_oom_message_gives_every_figure() -> None:
+    """torch 1.x's `(GPU 0; … total capacity; … already allocated; … free; …)` wording: each figure read, in GiB."""
+    (f,) = diagnose(LOGS / "cuda_oom_legacy.log")
+    assert f.facts == {"tried_gib": 1.91, "total_gib": 15.78, "allocated_gib": 13.2, "free_gib": 1.02, "last_step": 1}
+
+
+def test_host_memory_and_offline_hub_titles() -> None:
+    """The words a student reads for Slurm's cgroup OOM kill and for a Hub that cannot be reached."""
+    (host,) = diagnose(LOGS / "slurm_oom_kill.log")
+    assert host.title == "Host memory exhausted: Slurm's cgroup killed a process (CPU RAM, not GPU memory)"
+    (hub,) = diagnose(LOGS / "hub_offline.log")
+    assert hub.title == ("The model or tokenizer was not on disk and the Hub cannot be reached (compute nodes are "
+                         "offline)")
+
+
+def test_a_python_error_is_named_by_its_class_and_its_message_cut_at_200() -> None:
+    """A dotted exception is named by its class alone; a long message is cut at 200 characters in the title."""
+    message = "Expecting value: " + "x" * 250
+    text = ('Traceback (most recent call last):\n  File "r.py", line 4, in <module>\n    json.loads(s)\n'
+            f"json.decoder.JSONDecodeError: {message}\n")
+    (f,) = diagnose(parse_text(text))
+    assert f.title == f"Python error JSONDecodeError: {message[:200]}"
+    assert f.facts == {"exception": "json.decoder.JSONDecodeError", "message": message}
