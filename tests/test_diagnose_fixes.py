@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.logs_fixtures import LOGS
-from workshop.results.diagnose import diagnose, main
+from workshop.results.diagnose import Finding, diagnose, main
 from workshop.results.logs import parse_text
 
 FIXES = {
@@ -343,10 +343,48 @@ def test_host_memory_and_offline_hub_titles() -> None:
 
 
 def test_a_python_error_is_named_by_its_class_and_its_message_cut_at_200() -> None:
-    """A dotted exception is named by its class alone; a long message is cut at 200 characters in the title."""
+    """A traceback after the run's own lines: a dotted exception is named by its class alone, a long message cut at
+    200 characters in the title."""
     message = "Expecting value: " + "x" * 250
-    text = ('Traceback (most recent call last):\n  File "r.py", line 4, in <module>\n    json.loads(s)\n'
-            f"json.decoder.JSONDecodeError: {message}\n")
+    text = (STEP_LINE.format(n=1) + '\nTraceback (most recent call last):\n  File "r.py", line 4, in <module>\n'
+            f"    json.loads(s)\njson.decoder.JSONDecodeError: {message}\n")
     (f,) = diagnose(parse_text(text))
     assert f.title == f"Python error JSONDecodeError: {message[:200]}"
     assert f.facts == {"exception": "json.decoder.JSONDecodeError", "message": message}
+
+
+
+def test_the_rendered_finding_a_student_reads() -> None:
+    """`* title`, the evidence lines indented and cut at 300 characters, then the change to make."""
+    f = Finding("A title", ["  first line  ", "y" * 400], "do this", "kind")
+    assert f.render() == f"* A title\n  evidence:\n    first line\n    {'y' * 300}\n  change: do this"
+
+
+@pytest.mark.parametrize(("message", "title", "facts"), [
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 100.00 MiB. GPU 0 has a total capacity of 79.19 "
+     "GiB of which 45.06 MiB is free. Of the allocated memory 700.00 MiB is allocated by PyTorch, and 1.50 GiB is "
+     "reserved by PyTorch but unallocated.",
+     "CUDA out of memory before the first optimizer step: tried 0.1 GiB, total 79.19 GiB, allocated 0.68 GiB, free "
+     "0.04 GiB", {"tried_gib": 0.1, "total_gib": 79.19, "allocated_gib": 0.68, "free_gib": 0.04, "last_step": None}),
+    ("torch.OutOfMemoryError: CUDA out of memory.", "CUDA out of memory before the first optimizer step",
+     {"last_step": None}),
+])
+def test_an_oom_in_mib_or_without_figures(message: str, title: str, facts: dict[str, object]) -> None:
+    """Figures in MiB are given in GiB to two decimals; a message with no figures (and no rank prefix) gets a title
+    with none."""
+    (f,) = diagnose(parse_text(message + "\n"))
+    assert (f.title, f.facts) == (title, facts)
+
+
+def test_the_batch_size_an_env_line_names() -> None:
+    """A batch script's `BATCH_SIZE=16` echo is the batch size the OOM advice halves."""
+    (f,) = diagnose(parse_text((LOGS / "cuda_oom_legacy.log").read_text() + "BATCH_SIZE=16\n"))
+    assert f.fix.startswith("lower batch_size to 8 and double grad_acc")
+
+
+def test_a_host_oom_quotes_two_of_its_kill_events() -> None:
+    """One cgroup OOM event per job step: the first two are quoted."""
+    events = [f"slurmstepd: error: Detected 1 oom_kill event in StepId=4245.{n}. Some of your processes may have been "
+              "killed by the cgroup out-of-memory handler." for n in (0, 1, 2)]
+    (f,) = diagnose(parse_text("\n".join(events) + "\n"))
+    assert f.kind == "host_oom" and f.evidence == events[:2]
