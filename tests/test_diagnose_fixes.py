@@ -388,3 +388,48 @@ def test_a_host_oom_quotes_two_of_its_kill_events() -> None:
               "killed by the cgroup out-of-memory handler." for n in (0, 1, 2)]
     (f,) = diagnose(parse_text("\n".join(events) + "\n"))
     assert f.kind == "host_oom" and f.evidence == events[:2]
+
+
+WATCHDOG_EXCEPTION = ("[rank1]: torch.distributed.DistBackendError: [Rank 1] Watchdog caught collective operation timeout: "
+                      "WorkNCCL(SeqNum=1841, OpType=_ALLGATHER_BASE, NumelIn=17476608, NumelOut=34953216, "
+                      "Timeout(ms)=600000) ran for 600031 milliseconds before timing out.")
+
+
+@pytest.mark.parametrize(("lines", "kinds"), [
+    ([WATCHDOG_EXCEPTION], ["nccl_timeout"]),                      # the timeout raised in Python: not also an error
+    ([WATCHDOG_EXCEPTION, "n1:1234:1290 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2 with error 12"],
+     ["nccl_timeout", "nccl_error"]),                               # a network error beside the timeout is its own
+    (["terminate called after throwing an instance of 'c10::DistBackendError'"], ["nccl_error"]),
+    (["RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled cuda error, NCCL version 2.14.3"],
+     ["nccl_error"]),
+])
+def test_an_nccl_error_is_told_apart_from_the_watchdogs_timeout(lines: list[str], kinds: list[str]) -> None:
+    """The watchdog's own exception is the timeout, not a second cause; any other NCCL error line is one."""
+    assert [f.kind for f in diagnose(parse_text("\n".join(lines) + "\n"))] == kinds
+
+
+def test_an_nccl_error_quotes_three_lines() -> None:
+    """Ranks repeat the same NCCL warning: three lines are quoted, under the error's own title."""
+    lines = [f"n1:1234:1290 [{i}] NCCL WARN NET/IB : Got completion from peer 10.0.0.2 with error 12" for i in range(4)]
+    (f,) = diagnose(parse_text("\n".join(lines) + "\n"))
+    assert f.title == "NCCL communication error" and f.evidence == lines[:3]
+
+
+@pytest.mark.parametrize("line", [
+    "OSError: Cannot find the requested files in the disk cache and outgoing traffic has been disabled. To enable hf.co "
+    "look-ups and downloads online, set 'local_files_only' to False.",
+    "OSError: We couldn't connect to 'https://hf-mirror.com' to load this file, couldn't find it in the cached files.",
+    "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='huggingface.co', port=443): Max retries exceeded "
+    "with url: /bigscience/bloom-560m/resolve/main/config.json",
+])
+def test_each_way_the_hub_says_it_cannot_be_reached(line: str) -> None:
+    """huggingface_hub's offline cache miss, transformers' message for a mirror endpoint, requests' connection error."""
+    (f,) = diagnose(parse_text(line + "\n"))
+    assert f.kind == "hub_offline"
+
+
+def test_an_offline_hub_quotes_two_lines() -> None:
+    """Every rank fails to load the model: two of their lines are quoted."""
+    lines = [f"huggingface_hub.errors.LocalEntryNotFoundError: Cannot find the requested files ({n})" for n in range(3)]
+    (f,) = diagnose(parse_text("\n".join(lines) + "\n"))
+    assert f.evidence == lines[:2]
