@@ -433,3 +433,30 @@ def test_an_offline_hub_quotes_two_lines() -> None:
     lines = [f"huggingface_hub.errors.LocalEntryNotFoundError: Cannot find the requested files ({n})" for n in range(3)]
     (f,) = diagnose(parse_text("\n".join(lines) + "\n"))
     assert f.evidence == lines[:2]
+
+
+def test_a_python_error_says_where_to_fix_it() -> None:
+    """The change names the traceback's last frame (none when the traceback has no frame)."""
+    text = ('Traceback (most recent call last):\n  File "b.py", line 9, in f\n    1 / 0\n'
+            "ZeroDivisionError: division by zero\n")
+    (tb,) = diagnose(parse_text(text))
+    assert tb.fix == ('fix what the message says at File "b.py", line 9, in f; the other ranks\' errors are '
+                      "consequences of this first one")
+    (bare,) = diagnose(parse_text("Traceback (most recent call last):\nKeyError: 'model'\n"))
+    assert bare.fix == "fix what the message says; the other ranks' errors are consequences of this first one"
+
+
+def test_a_config_error_without_its_fix_says_to_fix_the_field() -> None:
+    """A config error line without `. Fix: …`: the change is to fix the field it names."""
+    (f,) = diagnose(parse_text("error: config field 'epochs': must be > 0, got -1\n"))
+    assert (f.title, f.fix) == ("Config error in field 'epochs': must be > 0, got -1", "fix the value of epochs")
+
+
+@pytest.mark.parametrize(("error", "kind"), [
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3356, unhandled system error", "nccl_error"),
+    (WATCHDOG_EXCEPTION.removeprefix("[rank1]: "), "nccl_timeout"),
+])
+def test_an_nccl_failures_traceback_is_not_a_second_cause(error: str, kind: str) -> None:
+    """The Python traceback that carries an NCCL error or timeout up is that failure, not another one."""
+    text = f'Traceback (most recent call last):\n  File "t.py", line 5, in step\n    dist.all_reduce(x)\n{error}\n'
+    assert [f.kind for f in diagnose(parse_text(text))] == [kind]
