@@ -578,3 +578,10 @@ def test_slurm_jobs_are_judged_by_their_accounting_lines(tmp_path: Path) -> None
                                                          {"alice": "u1001"}, KEY, tmp_path / "seals")}
     assert sealed["carol"] == [f"no root seal of job 4244 in {tmp_path / 'seals'}: the site's Epilog did not record "
                                "it (not a job of this cluster, or one that ended before the Epilog was installed)"]
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path: Path) -> None:
+    """A stray byte in a job's output (a progress bar, a node's locale) does not stop its records being read."""
+    job = make_job(tmp_path)
+    job.log.write_bytes(job.log.read_bytes() + b"progress \xff\xfe 50%\n")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
