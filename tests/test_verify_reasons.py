@@ -360,8 +360,10 @@ def test_the_command_refuses_what_is_not_a_submissions_folder(tmp_path: Path, ca
 
 
 def test_the_user_map(tmp_path: Path) -> None:
+    """student,unix_user lines; a header, comments, blank lines and a line missing either name are no mapping."""
     path = tmp_path / "users.csv"
-    path.write_text("student,unix_user\n# a comment\n\nalice, u1001\nbob,u1002\nbroken line\n")
+    path.write_text("student,unix_user\n# a comment\n# mallory,u9999\n\nalice, u1001\nbob,u1002\nbroken line\n"
+                    "carol,\n,u1003\n")
     assert verify.read_user_map(str(path)) == {"alice": "u1001", "bob": "u1002"}
     assert verify.read_user_map(None) == {}
 
@@ -416,3 +418,170 @@ def test_one_log_in_three_folders_names_the_other_two(tmp_path: Path) -> None:
     assert found["alice", "01_baseline"] == [
         f"the same log (job local-3 (pid 4242 on node7, started at tick 91234)) is also in bob/01_baseline/jobs/{name}, "
         f"carol/01_baseline/jobs/{name}"]
+
+
+# ---------------------------------------------------------------- Slurm's answers, read (recorded text, no Slurm)
+# `sacct -P -n -X --format=JobIDRaw,User,State,NodeList,Start,End`: one `|`-separated line a job, no header; a job
+# still pending has no nodes and no end yet.
+SACCT_OUTPUT = ("4242|alice|COMPLETED|gpu[06-07]|2026-11-26T10:00:01|2026-11-26T10:00:22\n"
+                "4243|bob|PENDING|None assigned|Unknown|Unknown\n")
+
+
+def test_sacct_lines_are_read_by_job_id() -> None:
+    """Each accounting line becomes the job's record under its id, every field by its name."""
+    records = verify.read_sacct(SACCT_OUTPUT)
+    assert records == {"4242": record(), "4243": {"JobIDRaw": "4243", "User": "bob", "State": "PENDING",
+                                                  "NodeList": "None assigned", "Start": "Unknown", "End": "Unknown"}}
+    assert verify.read_sacct("") == {} and verify.sacct(["local-3", "?"]) == {}   # no Slurm job: sacct not asked
+    assert verify.hostnames(records["4243"]["NodeList"]) == set() and verify.hostnames("(null)") == set()
+    assert verify.hostnames("") == set()
+
+
+@pytest.mark.parametrize(("nodelist", "names"), [
+    ("gpu07", {"gpu07"}),
+    ("gpu[06-07,10],login1", {"gpu06", "gpu07", "gpu10", "login1"}),     # ranges keep their zero padding
+    ("n[9-11]", {"n9", "n10", "n11"}), ("n[3-3]", {"n3"}),
+    ("r[1-2]n[01-02]", {"r1n01", "r1n02", "r2n01", "r2n02"}),            # several bracket groups in one name
+    ("a[1-2],b[3],c", {"a1", "a2", "b3", "c"}),
+    ("n[3-1]", {"n[3-1]"}), ("n[a-b]", {"n[a-b]"}), ("n[1-b]", {"n[1-b]"}), ("n[x]", {"n[x]"}),   # not understood
+])
+def test_a_node_list_expands_to_the_names_slurm_gives(nodelist: str, names: set[str]) -> None:
+    """Slurm's compressed forms, expanded by hand as `scontrol show hostnames` prints them."""
+    assert verify.expand_hostlist(nodelist) == names
+
+
+def test_the_table_lines_up_one_job_a_line() -> None:
+    """Columns as wide as their longest cell; a flagged job shows its reasons, a passing one its notes."""
+    ok = verify.Verdict("alice", "01_baseline", "local-3", Path("a"), notes=["n1", "n2"])
+    bad = verify.Verdict("bartholomew", "02", "4242", Path("b"), reasons=["r1", "r2"])
+    assert verify.table([ok, bad]).splitlines() == [
+        "student      assignment   job      verdict  reason",
+        "alice        01_baseline  local-3  ok       n1; n2",
+        "bartholomew  02           4242     FLAGGED  r1; r2"]
+
+
+def test_a_usage_error_names_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """An option verify does not know: exit 2, and the usage line names `workshop verify`."""
+    with pytest.raises(SystemExit) as stopped:
+        verify.main(["--no-such-option"])
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.startswith("usage: workshop verify [-h] [--user-map USER_MAP]")
+
+
+def test_the_root_seal_folder_must_exist(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """--seal-dir (default $WORKSHOP_SEAL_DIR) naming no folder: exit 2 and what to give; an existing one is named in
+    the summary line (a local job has no root seal: it passes)."""
+    make_job(tmp_path / "subs")
+    monkeypatch.setenv(verify.KEY_ENV, KEY)
+    monkeypatch.setenv(verify.SEAL_ENV, str(tmp_path / "nowhere"))
+    assert verify.main([str(tmp_path / "subs")]) == 2
+    assert capsys.readouterr().err == (f"workshop verify: no root seal folder {tmp_path / 'nowhere'}: give the folder "
+                                       "the site's Epilog writes\n")
+    (tmp_path / "seals").mkdir()
+    assert verify.main([str(tmp_path / "subs"), "--seal-dir", str(tmp_path / "seals")]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"1 job(s), 0 flagged; digests keyed; root seal {tmp_path / 'seals'}"
+
+
+def test_a_profile_that_does_not_exist_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--profile naming no profile: exit 2 with the profile's own error (the file it looked for, and the fix)."""
+    make_job(tmp_path)
+    assert verify.main([str(tmp_path), "--profile", "no-such-site"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("workshop verify: profile no-such-site: field 'profile': no profile file") and "Fix: " in err
+
+
+def test_a_logs_time_is_quoted_as_the_log_wrote_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log's zoned time is not turned into the grader's zone: the reason quotes the instant the log wrote."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        job = make_job(tmp_path)
+        job.replace_line("[job] start ", f"[job] start 2026-11-26T09:50:00+00:00 on node7 in {job.folder}")
+        assert only_reason(tmp_path) == ("the log starts at 2026-11-26T09:50:00+00:00, before this job was submitted "
+                                         f"({SUBMITTED}): a log from another job")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_the_instructors_job_handed_in_by_every_student(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Instructor-run mode, the site profile named by the jobs' own job.json: a link to the instructor's job and a
+    byte-for-byte copy pass with a note naming it; the same job under another folder name is flagged."""
+    from workshop.slurm import profiles
+
+    job = make_job(tmp_path / "instructor", profile="classroom")
+    root = job.folder.parent.resolve()
+    monkeypatch.setattr(profiles, "PROFILES_DIR", tmp_path / "profiles")
+    monkeypatch.delenv("WORKSHOP_PROFILE", raising=False)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "classroom.toml").write_text(
+        (profiles.SLURM_DIR / "profiles" / "local.toml").read_text() + f'\n[course]\ninstructor_jobs = "{root}"\n')
+    subs = tmp_path / "subs"
+    for student in ("bob", "carol", "dave"):
+        (subs / student / "01_baseline" / "jobs").mkdir(parents=True)
+    (subs / "bob" / "01_baseline" / "jobs" / job.folder.name).symlink_to(job.folder, target_is_directory=True)
+    shutil.copytree(job.folder, subs / "carol" / "01_baseline" / "jobs" / job.folder.name)
+    shutil.copytree(job.folder, subs / "dave" / "01_baseline" / "jobs" / "renamed")
+    found = {v.student: v for v in verify.verify(subs, key=KEY)}
+    for student in ("bob", "carol"):
+        assert found[student].reasons == [] and found[student].instructor == root / job.folder.name
+        assert f"the instructor's job for the class ({root / job.folder.name})" in found[student].notes
+    others = ", ".join(f"{s}/01_baseline/jobs/{job.folder.name} (the instructor's job)" for s in ("bob", "carol"))
+    assert found["dave"].reasons == [
+        f"the results (digest) of the instructor's job {root / job.folder.name}, in a folder of another name",
+        f"the same log (job {found['dave'].identity}) is also in {others}"]
+
+
+def test_an_instructors_slurm_job_must_have_run_as_the_instructor(tmp_path: Path) -> None:
+    """A Slurm job handed in as the instructor's: accounting must name the owner of the instructor's job.json."""
+    import pwd
+
+    job = make_job(tmp_path / "instructor", job_id="4242", host="gpu07")     # written, so owned, by this test's user
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    times = dict(Start=local_clock("2026-11-26T10:00:01+00:00"), End=local_clock("2026-11-26T10:00:22+00:00"))
+    v = slurm_verdict(job, tmp_path / "instructor")
+    v.instructor = job.folder
+    verify.check_job(v, record(User=me, **times), "alice", KEY)
+    assert v.reasons == []
+    verify.check_job(v, record(User="mallory", **times), "alice", KEY)
+    assert v.reasons == [f"job 4242 ran as 'mallory', not as {me!r}, who ran the instructor's jobs in "
+                         f"{job.folder.parent}"]
+
+
+def test_exactly_five_seconds_after_the_job_ended_is_skew_not_another_job(tmp_path: Path) -> None:
+    """The local skew allowance holds at its boundary after the job's recorded end too."""
+    job = make_job(tmp_path)
+    job.replace_line("[job] start ", f"[job] start 2026-11-26T10:00:26+00:00 on node7 in {job.folder}")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_a_local_jobs_own_host_is_allowed_without_a_node_list(tmp_path: Path) -> None:
+    """job.json's host is where a one-node local job ran, whatever its node list says (or without one)."""
+    make_job(tmp_path, nodes="")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}
+
+
+def test_slurm_jobs_are_judged_by_their_accounting_lines(tmp_path: Path) -> None:
+    """verify's judgement of Slurm jobs from sacct's lines: a job run as the student's mapped user passes, one run as
+    the folder's own name passes without a mapping, one sacct never saw is flagged; a root seal folder is checked."""
+    start, end = local_clock("2026-11-26T10:00:01+00:00"), local_clock("2026-11-26T10:00:22+00:00")
+    for student, job_id in (("alice", "4242"), ("carol", "4244"), ("bob", "4243")):
+        make_job(tmp_path, student=student, job_id=job_id, host="gpu07")
+    accounting = verify.read_sacct(f"4242|u1001|COMPLETED|gpu[06-07]|{start}|{end}\n"
+                                   f"4244|carol|COMPLETED|gpu07|{start}|{end}\n")
+    found = {v.student: v.reasons for v in verify.judge(verify.job_folders(tmp_path), accounting, [],
+                                                        {"alice": "u1001"}, KEY)}
+    assert found == {"alice": [], "carol": [], "bob": ["job 4243 never ran on this cluster: sacct has no record of it"]}
+    (tmp_path / "seals").mkdir()
+    sealed = {v.student: v.reasons for v in verify.judge(verify.job_folders(tmp_path), accounting, [],
+                                                         {"alice": "u1001"}, KEY, tmp_path / "seals")}
+    assert sealed["carol"] == [f"no root seal of job 4244 in {tmp_path / 'seals'}: the site's Epilog did not record "
+                               "it (not a job of this cluster, or one that ended before the Epilog was installed)"]
+
+
+def test_a_log_with_bytes_that_are_not_utf8_is_still_read(tmp_path: Path) -> None:
+    """A stray byte in a job's output (a progress bar, a node's locale) does not stop its records being read."""
+    job = make_job(tmp_path)
+    job.log.write_bytes(job.log.read_bytes() + b"progress \xff\xfe 50%\n")
+    assert reasons(tmp_path) == {("alice", "01_baseline"): []}

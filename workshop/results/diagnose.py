@@ -196,8 +196,7 @@ def flight_recorder_dir(log: ParsedLog) -> Path | None:
 
 def analyse_flight_recorder(folder: Path, timeout_s: float = 120) -> dict[str, object]:
     """Run PyTorch's flight-recorder analyser (`torchfrtrace`, torch.distributed.flight_recorder) on the
-    dumps; return its first mismatched collective (sequence number, collective, group, the analyser's
-    error line, missing ranks) and its output, or why it could not run."""
+    dumps and read its report (`read_torchfrtrace`), or say why it could not run."""
     import subprocess
 
     cmd = [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder), "-p", "rank_",
@@ -206,13 +205,18 @@ def analyse_flight_recorder(folder: Path, timeout_s: float = 120) -> dict[str, o
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"error": f"torchfrtrace did not run: {type(e).__name__}: {e}"}
-    text = done.stdout + done.stderr
-    out: dict[str, object] = {"returncode": done.returncode, "output_tail": text[-4000:]}
+    return read_torchfrtrace(done.stdout + done.stderr, done.returncode)
+
+
+def read_torchfrtrace(text: str, returncode: int) -> dict[str, object]:
+    """torchfrtrace's report (its output and exit status): its first mismatched collective (sequence number,
+    collective, group, the analyser's error line, missing ranks), the output's tail, or why it failed."""
+    out: dict[str, object] = {"returncode": returncode, "output_tail": text[-4000:]}
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if _FR_ERROR.search(ln)), None)
     if start is None:
-        if done.returncode:
-            out["error"] = f"torchfrtrace exited {done.returncode}: {(lines or ['(no output)'])[-1][:300]}"
+        if returncode:
+            out["error"] = f"torchfrtrace exited {returncode}: {(lines or ['(no output)'])[-1][:300]}"
         return out
     block = []
     for ln in lines[start:]:

@@ -131,15 +131,22 @@ def sacct(job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
     ids = sorted({j for j in job_ids if j.isdigit()})
     if not ids:
         return {}
-    fields = ["JobIDRaw", "User", "State", "NodeList", "Start", "End"]
     try:
-        text = run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids), "--format=" + ",".join(fields)],
-                   timeout=60)
+        text = run(["sacct", "-P", "-n", "-X", "--allusers", "-j", ",".join(ids),
+                    "--format=" + ",".join(SACCT_FIELDS)], timeout=60)
     except SlurmError as e:
         raise RuntimeError(f"{e}. verify needs Slurm accounting (slurmdbd): run it on the cluster's login node") from None
+    return read_sacct(text)
+
+
+SACCT_FIELDS = ("JobIDRaw", "User", "State", "NodeList", "Start", "End")
+
+
+def read_sacct(text: str) -> dict[str, dict[str, str]]:
+    """`sacct -P -n --format=<SACCT_FIELDS>` output (one `|`-separated line a job, no header) by job id."""
     out = {}
     for line in text.splitlines():
-        rec = dict(zip(fields, line.split("|")))
+        rec = dict(zip(SACCT_FIELDS, line.split("|")))
         out[rec["JobIDRaw"]] = rec
     return out
 
@@ -344,16 +351,26 @@ def verify(submissions: Path, users: dict[str, str] | None = None, key: str | No
     `profile` names the site profile whose instructor_jobs folder holds the instructor-run jobs (default:
     $WORKSHOP_PROFILE's, and the profiles of this checkout the jobs name). `seal_dir`: the root seal's
     folder (workshop.results.root_seal); None checks no root seal."""
-    from workshop.slurm.shared import instructor_original, instructor_roots
+    from workshop.slurm.shared import instructor_roots
 
-    users = users or {}
     verdicts = job_folders(submissions)
     roots = instructor_roots(profile, {str(v.record.get("profile") or "") for v in verdicts})
+    records = sacct(v.job for v in verdicts if v.backend == "slurm")
+    return judge(verdicts, records, roots, users, key, seal_dir)
+
+
+def judge(verdicts: list[Verdict], records: dict[str, dict[str, str]], roots: list[Path],
+          users: dict[str, str] | None = None, key: str | None = None, seal_dir: Path | None = None) -> list[Verdict]:
+    """`verify`'s judgement of the job folders, given Slurm's accounting records of them (`read_sacct`) and the
+    instructor_jobs folders (`roots`): each job on its own, then the class as a whole (one log or one digest in
+    two submissions)."""
+    from workshop.slurm.shared import instructor_original
+
+    users = users or {}
     for v in verdicts:
         v.instructor = instructor_original(v.folder, roots)
         if v.instructor is not None:
             v.notes.append(f"the instructor's job for the class ({v.instructor})")
-    records = sacct(v.job for v in verdicts if v.backend == "slurm")
     for v in verdicts:
         check_job(v, records.get(v.job), users.get(v.student, v.student), key, seal_dir)
     by_job: dict[str, list[Verdict]] = {}
@@ -401,13 +418,14 @@ def table(verdicts: list[Verdict]) -> str:
 
 
 def read_user_map(path: str | None) -> dict[str, str]:
-    """`student,unix_user` lines (a header line, blank lines and # comments are skipped)."""
+    """`student,unix_user` lines (a header line, blank lines, # comments and a line without both names are
+    skipped: a student mapped to no user would flag every Slurm job of theirs as another user's)."""
     if not path:
         return {}
     out = {}
     for line in Path(path).read_text().splitlines():
         parts = [x.strip() for x in line.split(",")]
-        if len(parts) == 2 and parts[0] and not parts[0].startswith("#") and parts[0] != "student":
+        if len(parts) == 2 and parts[0] and parts[1] and not parts[0].startswith("#") and parts[0] != "student":
             out[parts[0]] = parts[1]
     return out
 
