@@ -179,6 +179,11 @@ def main(argv: list[str] | None = None) -> int:
                         "by an earlier run, which may be interrupted once it tests them); 0 = every mutant")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "cpu")
     args = p.parse_args(argv)
+    if args.sample and not args.report and not results():
+        print("mutation: --sample draws from the mutants mutmut has generated, and there are none under mutants/: "
+              "run `.venv/bin/mutmut run` first and stop it (Ctrl-C) once it tests mutants, then --sample again "
+              "(without them every mutant would be tested)", file=sys.stderr)
+        return 2
     names = sample(args.sample) if args.sample else None
     if not args.report and run(args.children, names) != 0:
         print("mutation: mutmut failed (its output is above)", file=sys.stderr)

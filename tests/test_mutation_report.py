@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import mutation  # noqa: E402
@@ -49,3 +51,13 @@ def test_only_a_changed_or_removed_help_text_is_an_equivalent_mutant(tmp_path: P
     found = {n: mutation.help_text_only(f"pkg.mod.x_main__mutmut_{n}", tmp_path) for n in (1, 2, 3, 4, 5)}
     assert found == {1: True, 2: True, 3: False, 4: False, 5: False}
     assert not mutation.help_text_only("pkg.other.x_main__mutmut_1", tmp_path)
+
+
+def test_a_sample_without_generated_mutants_says_how_to_make_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`--sample` draws from mutants/ as mutmut left it: with none there it would test every mutant for an hour,
+    so it stops at once and says what to run first."""
+    monkeypatch.setattr(mutation, "ROOT", tmp_path)
+    monkeypatch.setattr(mutation, "run", lambda *a, **k: pytest.fail("mutmut was started"))
+    assert mutation.main(["--sample", "60"]) == 2
+    assert "run `.venv/bin/mutmut run` first" in capsys.readouterr().err
