@@ -34,10 +34,11 @@ TERMINAL_STATES = (
 )
 # set by a test for the pytest it starts inside its own session on the cluster (which holds the session lock)
 NESTED_SESSION = "WORKSHOP_SLURM_SESSION_NESTED"
-# A site setup line (a profile's [env] setup) after which a job's launch line trains nothing: `python` is a 3 s
-# wait. For tests whose promise is the job's life in Slurm and its own log lines ([job] start and end, the
-# queue, a cap), not its training: each BLOOM import it spares is ~4 CPU-s (issue 51).
-NO_TRAINING_SETUP = "python() { sleep 3; }"
+# A site setup line (a profile's [env] setup) after which a job's launch line trains nothing: `python` and
+# `torchrun` (a one-node job of several processes, or each node's under srun: exported) are a 3 s wait. For
+# tests whose promise is the job's life in Slurm and its own log lines ([job] start and end, the queue, a cap,
+# overlap), not its training: each BLOOM import it spares is ~4 CPU-s (issue 51).
+NO_TRAINING_SETUP = "python() { sleep 3; }; torchrun() { sleep 3; }; export -f python torchrun"
 # Variables sbatch/srun/salloc read as options; a caller running inside a Slurm job (or a
 # notebook under Open OnDemand) would otherwise leak them into every submission.
 _SCRUB_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SQUEUE_", "SACCT_", "SINFO_")

@@ -109,6 +109,7 @@ def test_notebook_03s_five_jobs_queue_together_and_run_two_at_a_time_on_the_two_
     runs = solution_runs("03_sharding_strategies", "nb03-05-predict")
     group = Lab(stand_in, jobs_dir=here / "jobs", quiet=True).run_all(runs)
     assert sorted(group) == sorted(runs) and len(runs) == 5
+    assert {json.loads((job.job_dir / "config.json").read_text())["procs_per_node"] for job in group.values()} == {2}
     spans = []
     for name, job in group.items():
         assert cluster.wait(job.job_id, timeout=180)["State"] == "COMPLETED", name
@@ -117,3 +118,5 @@ def test_notebook_03s_five_jobs_queue_together_and_run_two_at_a_time_on_the_two_
     assert max(sum(s <= start < e for s, e in spans) for start, _ in spans) == 2, spans
     overlapping = [(a, b) for i, a in enumerate(spans) for b in spans[i + 1:] if a[0] < b[1] and b[0] < a[1]]
     assert len(overlapping) >= 2, spans
+    trained = [name for name, job in group.items() if (job.job_dir / "run" / "summary.json").exists()]
+    assert trained == [], f"{trained} trained: NO_TRAINING_SETUP must stop torchrun too (~4 CPU-s a rank)"
