@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 
 from workshop.grading import fsdp_rules  # noqa: E402
 from workshop.training import sharding, torch_private  # noqa: E402
+from tests.test_sharding_read_back import tiny  # noqa: E402 - the seeded tiny BLOOM, defined once
 
 EMBEDDING = "transformer.word_embeddings.weight"
 
@@ -32,15 +33,6 @@ def rank_of(world_size: int, rank: int) -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group()
-
-
-def tiny() -> "torch.nn.Module":
-    from transformers import BloomConfig, BloomForCausalLM
-
-    from workshop.training import models
-
-    torch.manual_seed(0)
-    return BloomForCausalLM(BloomConfig(**models.TINY))
 
 
 def blocks_then_root(model: "torch.nn.Module", **kw: object) -> "torch.nn.Module":
