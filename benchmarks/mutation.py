@@ -93,11 +93,12 @@ def help_text_only(mutant: str, root: Path = ROOT) -> bool:
              if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (function, orig)}
     if set(found) != {function, orig}:
         return False
-    return _without_help(found[function]) == _without_help(found[orig]) != ""
+    (mutated, _), (original, had_help) = _without_help(found[function]), _without_help(found[orig])
+    return had_help and mutated == original
 
 
-def _without_help(function: "ast.FunctionDef | ast.AsyncFunctionDef") -> str:
-    """The function's body, every call's help-text keywords dropped ("" if it holds no call with one)."""
+def _without_help(function: "ast.FunctionDef | ast.AsyncFunctionDef") -> tuple[str, bool]:
+    """The function's body with every call's help-text keywords dropped, and whether it held any."""
     import ast
     import copy
 
@@ -107,7 +108,7 @@ def _without_help(function: "ast.FunctionDef | ast.AsyncFunctionDef") -> str:
             kept = [k for k in node.keywords if k.arg not in HELP_KEYWORDS]
             dropped += len(node.keywords) - len(kept)
             node.keywords = kept
-    return "\n".join(ast.dump(n) for n in body) if dropped else ""
+    return "\n".join(ast.dump(n) for n in body), dropped > 0
 
 
 def report(statuses: dict[str, str], known: set[str] | None = None) -> tuple[str, float]:

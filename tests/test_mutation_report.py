@@ -39,6 +39,18 @@ def x_main__mutmut_4(argv=None):
     p = argparse.ArgumentParser(prog=None, description="Do x.")
     p.add_argument("--n", type=int, default=1, help="how many")
     return p.parse_args(argv).n
+
+def x_one__mutmut_orig(argv=None):
+    return argparse.ArgumentParser(prog="workshop y", description="Do y.").parse_args(argv)
+
+def x_one__mutmut_1(argv=None):
+    return argparse.ArgumentParser(prog="workshop y", ).parse_args(argv)
+
+def x_plain__mutmut_orig(n):
+    return n + 1
+
+def x_plain__mutmut_1(n):
+    return n + 1
 '''
 
 
@@ -51,6 +63,9 @@ def test_only_a_changed_or_removed_help_text_is_an_equivalent_mutant(tmp_path: P
     found = {n: mutation.help_text_only(f"pkg.mod.x_main__mutmut_{n}", tmp_path) for n in (1, 2, 3, 4, 5)}
     assert found == {1: True, 2: True, 3: False, 4: False, 5: False}
     assert not mutation.help_text_only("pkg.other.x_main__mutmut_1", tmp_path)
+    # the only help text removed is still help text; a function without any holds none to change
+    assert mutation.help_text_only("pkg.mod.x_one__mutmut_1", tmp_path)
+    assert not mutation.help_text_only("pkg.mod.x_plain__mutmut_1", tmp_path)
 
 
 def test_a_sample_without_generated_mutants_says_how_to_make_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
